@@ -395,7 +395,8 @@ def prompt_messages(
 class Conversation:
     """The messages of one episode, built turn by turn.
 
-    Call :meth:`start` with the reset observation, then per turn :meth:`prompt` (what the model
+    Call :meth:`start` with the reset observation (or :meth:`resume` with the messages of a
+    cut state), then per turn :meth:`prompt` (what the model
     sees), :meth:`add_reply` with its reply, and :meth:`add_observation` (the environment
     stepped) or :meth:`add_format_error` (it was not). :attr:`messages` is the full list that
     goes into the trajectory file.
@@ -424,6 +425,24 @@ class Conversation:
         self.messages.append(
             {"role": "user", "content": self._render(observation, info, first=True)}
         )
+
+    def resume(self, messages: Sequence[Mapping[str, str]], observation: str) -> None:
+        """Start from earlier ``messages`` instead of :meth:`start` (an episode that begins at a
+        cut state): they are kept as they are and must end with the user turn that shows
+        ``observation``, the current one. Chat-style prompts only (a template prompt is rebuilt
+        from the environment's steps, which messages do not hold)."""
+        if self.spec.render is not None:
+            raise ValueError(
+                f"{self.env_id} has a template-style prompt; a conversation can resume from "
+                "messages only with a chat-style prompt (TextCraft, BabyAI, ALFWorld)"
+            )
+        if not messages or messages[-1].get("role") != "user":
+            raise ValueError("resume() needs messages that end with the current user turn")
+        self.messages = [dict(m) for m in messages]
+        self._past = []
+        self._task = ""
+        self._observation = observation
+        self._pending_action = None
 
     def prompt(self) -> list[Message]:
         """The messages the model is given now (the history window applied)."""

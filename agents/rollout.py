@@ -18,6 +18,15 @@ The k samples of one task form a group: same ``group_id`` (the task id, made uni
 ``#<n>`` when a task is listed more than once), ``sample_index`` 0..k-1. Backend errors (bad
 credentials, unknown model) are not caught: they stop the run, since every episode would hit them.
 
+An episode can also start at a *cut state* (Prefix-GRPO's queries: a teacher trajectory cut
+after one of its turns): its :class:`EpisodeSpec` carries the ``prefix_actions`` that the
+environment replays after the task's reset (where the environment lives: in a worker process or
+Ray actor for those pools, so a retried episode replays them again), the ``start_messages`` the
+conversation begins with (system, prefix history, cut-state observation: chat-style prompts
+only), the ``prefix_turns`` that count against ``max_turns``, and optionally the recorded
+``cut_observation``: a replay that no longer reaches it (neither equal nor an ``env.match``), that
+ends the episode, or that raises, ends the episode with ``error`` ("replay failed: ...").
+
 Language-model policies get each episode's key (``"<group id>/<sample index>"``) with its
 conversation (``generate(..., keys=...)``), so a backend can keep the episode's KV cache from
 one turn to the next (the transformers backend does); when an episode ends, or the run stops,
@@ -29,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +47,14 @@ from agents.policy import Completion, Policy, SamplingParams
 from agents.prompts import Conversation, env_prompt, format_error_feedback, parse_action
 from agents.trajectory import StepRecord, Trajectory
 
-__all__ = ["EpisodeSpec", "RolloutConfig", "RolloutStats", "plan_episodes", "run_rollouts"]
+__all__ = [
+    "EpisodeSpec",
+    "RolloutConfig",
+    "RolloutStats",
+    "make_rollout_pool",
+    "plan_episodes",
+    "run_rollouts",
+]
 
 _INFO_KEYS = ("turn", "won")
 
@@ -72,7 +88,8 @@ class RolloutConfig:
 
 @dataclass
 class RolloutStats:
-    """Where the time went: wall time, inside generation, inside environment calls."""
+    """Where the time went: wall time, inside generation, inside environment calls; and how many
+    environment workers were replaced after dying (``env_worker_restarts``)."""
 
     episodes: int = 0
     turns: int = 0
@@ -81,6 +98,7 @@ class RolloutStats:
     wall_seconds: float = 0.0
     generate_seconds: float = 0.0
     env_seconds: float = 0.0
+    env_worker_restarts: int = 0
 
     @property
     def env_share(self) -> float:
@@ -89,15 +107,64 @@ class RolloutStats:
 
 @dataclass(frozen=True)
 class EpisodeSpec:
-    """One episode to play: task, group and sample index."""
+    """One episode to play: task, group and sample index; and where it starts.
+
+    By default at the task's reset. A cut start (see the module docstring) sets
+    ``prefix_actions`` (replayed after the reset), ``start_messages`` (the conversation so far,
+    ending with the cut-state user turn; None: a fresh conversation from the reached
+    observation), ``prefix_turns`` (replies already used; None: the assistant messages of
+    ``start_messages``, else the number of prefix actions) and ``cut_observation`` (what the
+    replay must reach; None: not checked). ``metadata`` is added to the trajectory's.
+    """
 
     task_id: str
     group_id: str
     sample_index: int
+    prefix_actions: tuple[str, ...] = ()
+    start_messages: Sequence[Mapping[str, str]] | None = field(default=None, hash=False)
+    prefix_turns: int | None = None
+    cut_observation: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix_actions", tuple(self.prefix_actions))
+        if self.start_messages is not None and (
+            not self.start_messages or self.start_messages[-1].get("role") != "user"
+        ):
+            raise ValueError(
+                f"episode {self.group_id}/{self.sample_index}: start_messages must end with the "
+                "cut-state user turn"
+            )
+        if self.prefix_turns is not None and self.prefix_turns < 0:
+            raise ValueError(f"prefix_turns must be >= 0, got {self.prefix_turns}")
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.task_id, self.group_id, self.sample_index)
+
+    @property
+    def is_cut_start(self) -> bool:
+        """Whether the episode starts at a cut state rather than the task's reset."""
+        return (
+            bool(self.prefix_actions)
+            or self.start_messages is not None
+            or self.cut_observation is not None
+        )
+
+    @property
+    def turns_before(self) -> int:
+        """Replies counted against ``max_turns`` before the first generated one."""
+        if self.prefix_turns is not None:
+            return self.prefix_turns
+        if self.start_messages is not None:
+            return sum(1 for m in self.start_messages if m.get("role") == "assistant")
+        return len(self.prefix_actions)
+
+    def reset_item(self, slot: int) -> tuple:
+        """The environment pool's reset item of this episode in ``slot``."""
+        if not self.prefix_actions and self.cut_observation is None:
+            return (slot, self.task_id)
+        return (slot, self.task_id, self.prefix_actions, self.cut_observation)
 
 
 def plan_episodes(task_ids: Sequence[str], samples: int) -> list[EpisodeSpec]:
@@ -136,6 +203,22 @@ class _Episode:
     def key(self) -> str:
         return f"{self.spec.group_id}/{self.spec.sample_index}"
 
+    @property
+    def turns_used(self) -> int:
+        """Replies counted against ``max_turns``: the prefix's and the generated ones."""
+        return self.spec.turns_before + len(self.steps)
+
+
+def make_rollout_pool(
+    env_id: str, config: RolloutConfig | None = None, **options: Any
+) -> EnvWorkerPool:
+    """The environment pool :func:`run_rollouts` would make for ``config`` (``config.workers``,
+    the environment made with the rollout's turn budget), to keep open across calls: pass it as
+    ``env_pool=`` and close it when done. ``options`` go to :func:`agents.envworkers.
+    make_env_pool`."""
+    config = config or RolloutConfig()
+    return make_env_pool(env_id, config.workers, _budget(env_id, config)[1], **options)
+
 
 def run_rollouts(
     policy: Policy,
@@ -149,18 +232,18 @@ def run_rollouts(
 ) -> list[Trajectory]:
     """Play ``episodes`` with ``policy`` (see the module docstring); returns the trajectories in
     the order they finished. ``stats`` (if given) is filled with timings. ``env_pool``: an open
-    pool to step in (kept open, e.g. across training iterations) instead of one made from
-    ``config.workers`` for this call."""
+    pool to step in (kept open, e.g. across training iterations; :func:`make_rollout_pool`)
+    instead of one made from ``config.workers`` for this call."""
     config = config or RolloutConfig()
     stats = stats if stats is not None else RolloutStats()
-    env_prompt(env_id)  # an unknown id fails here, before any environment starts
-    max_turns = config.max_turns or _default_max_turns(env_id)
-    env_kwargs = {"max_turns": max_turns, **config.env_kwargs}
+    prompt = env_prompt(env_id)  # an unknown id fails here, before any environment starts
+    pending = deque(episodes)
+    _check_starts(env_id, pending)
+    max_turns, env_kwargs = _budget(env_id, config)
     if env_pool is not None:
         env_pool.check_compatible(env_id, env_kwargs)
     runner = env_pool or make_env_pool(env_id, config.workers, env_kwargs)
-    env_seconds_before = runner.env_seconds
-    pending = deque(episodes)
+    env_seconds_before, restarts_before = runner.env_seconds, runner.restarts
     free_slots = list(range(min(config.max_active, len(pending)) - 1, -1, -1))
     active: list[_Episode] = []
     finished: list[Trajectory] = []
@@ -169,7 +252,7 @@ def run_rollouts(
         "history": None,
         "max_turns": max_turns,
         "sampling": dataclasses.asdict(config.sampling),
-        "reply_format": env_prompt(env_id).reply_format.value,
+        "reply_format": prompt.reply_format.value,
     }
 
     def finish(ep: _Episode) -> None:
@@ -179,10 +262,7 @@ def run_rollouts(
         else:
             policy.end_episodes([ep.key])  # frees per-episode backend caches
         notes = runner.release(ep.slot)  # environment-worker failures it survived (or not)
-        extra = {"env_worker_failures": notes} if notes else {}
-        traj = _trajectory(
-            env_id, policy.spec, ep, {**metadata, "history": ep.conversation.history, **extra}
-        )
+        traj = _trajectory(env_id, policy.spec, ep, {**metadata, **_episode_metadata(ep, notes)})
         finished.append(traj)
         stats.episodes += 1
         if on_episode is not None:
@@ -196,17 +276,11 @@ def run_rollouts(
                 starting.append(
                     _Episode(spec, free_slots.pop(), Conversation(env_id, config.history))
                 )
-            for ep, result in zip(
-                starting, runner.reset([(ep.slot, ep.spec.task_id) for ep in starting]), strict=True
-            ):
-                if isinstance(result, EnvFailure):
-                    ep.error = f"reset failed: {result.error}"
+            for ep in _start(runner, starting):
+                if ep.done:
                     finish(ep)
-                    continue
-                ep.observation, ep.info = result
-                ep.family = str(ep.info.get("family", ""))
-                ep.conversation.start(ep.observation, ep.info)
-                active.append(ep)
+                else:
+                    active.append(ep)
             if not active:
                 continue
             completions = _generate(policy, runner, active, config.sampling, stats)
@@ -219,16 +293,46 @@ def run_rollouts(
         if not policy.acts_from_state:
             policy.end_episodes([ep.key for ep in active])
         stats.env_seconds += runner.env_seconds - env_seconds_before
+        stats.env_worker_restarts += runner.restarts - restarts_before
         stats.wall_seconds += time.perf_counter() - start
         if env_pool is None:
             runner.close()
     return finished
 
 
-def _default_max_turns(env_id: str) -> int:
+def _budget(env_id: str, config: RolloutConfig) -> tuple[int, dict[str, Any]]:
+    """The rollout's ``max_turns`` and the keyword arguments its environments are made with."""
     from agentenvs.registration import env_class
 
-    return int(env_class(env_id).default_max_turns)
+    max_turns = config.max_turns or int(env_class(env_id).default_max_turns)
+    return max_turns, {"max_turns": max_turns, **config.env_kwargs}
+
+
+def _check_starts(env_id: str, specs: Iterable[EpisodeSpec]) -> None:
+    if env_prompt(env_id).render is not None and any(s.start_messages is not None for s in specs):
+        raise ValueError(
+            f"{env_id} has a template-style prompt: episodes can start from start_messages only "
+            "with a chat-style prompt (TextCraft, BabyAI, ALFWorld)"
+        )
+
+
+def _start(runner: EnvWorkerPool, starting: list[_Episode]) -> list[_Episode]:
+    """Reset (and, for cut starts, replay) the environments of ``starting`` in one batch and
+    begin their conversations; an episode whose start failed is marked done with ``error``."""
+    results = runner.reset([ep.spec.reset_item(ep.slot) for ep in starting])
+    for ep, result in zip(starting, results, strict=True):
+        spec = ep.spec
+        if isinstance(result, EnvFailure):
+            ep.error = f"{'replay' if spec.is_cut_start else 'reset'} failed: {result.error}"
+            ep.done = True
+            continue
+        ep.observation, ep.info = result
+        ep.family = str(ep.info.get("family", ""))
+        if spec.start_messages is not None:
+            ep.conversation.resume(spec.start_messages, ep.observation)
+        else:
+            ep.conversation.start(ep.observation, ep.info)
+    return starting
 
 
 def _generate(
@@ -321,7 +425,7 @@ def _apply(
             continue
         if ep.terminated or ep.truncated:
             ep.done = True
-        elif len(ep.steps) >= max_turns:
+        elif ep.turns_used >= max_turns:
             ep.truncated = ep.done = True
 
 
@@ -349,6 +453,17 @@ def _record(
         logprobs=completion.logprobs,
         info=info,
     )
+
+
+def _episode_metadata(ep: _Episode, notes: list[str]) -> dict[str, Any]:
+    """The trajectory metadata of one episode: its history window, its spec's metadata, its
+    prefix turns (cut starts) and the environment-worker failures it survived (if any)."""
+    out: dict[str, Any] = {"history": ep.conversation.history, **ep.spec.metadata}
+    if ep.spec.is_cut_start:
+        out["prefix_turns"] = ep.spec.turns_before
+    if notes:
+        out["env_worker_failures"] = notes
+    return out
 
 
 def _trajectory(env_id: str, agent: str, ep: _Episode, metadata: dict[str, Any]) -> Trajectory:

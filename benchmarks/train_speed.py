@@ -19,6 +19,16 @@ FLOPs utilisation: FLOPs counted as 6 x non-embedding parameters per token, 6 x 
 per reply token (logits are computed only where a log-prob is needed), and causal attention
 6 x layers x d_attn x S^2 per row (x 1/3 of each for the forward-only old-log-prob pass),
 over the bf16 dense peak (``--peak-tflops``; 989 for H100/H200 SXM).
+
+``generate`` (also part of ``gpu``) compares the rollout side with the trainer's side on the same
+randomly initialised model (fp32 weights, bf16 autocast on GPUs, as the RL loop holds it):
+transformers ``generate`` (sampling, a KV cache, every row decoding ``--new-tokens`` tokens)
+in generated tokens per second, against the trainer's forward pass over the same sequences (the
+old-log-prob pass) in tokens per second, and their ratio: how much faster the trainer reads a
+token than the rollout engine writes one (the gap vLLM closes).
+
+    python -m benchmarks.train_speed --mode generate      # Qwen3-1.7B shape on CUDA
+    python -m benchmarks.train_speed --mode generate --device cpu --shape small
 """
 
 from __future__ import annotations
@@ -36,7 +46,9 @@ __all__ = [
     "QWEN3_1P7B",
     "SMALL_SHAPE",
     "ModelShape",
+    "GenerateSpeed",
     "UpdateSpeed",
+    "generate_speed",
     "loop_speed",
     "main",
     "update_flops",
@@ -219,6 +231,114 @@ def update_speed(
     )
 
 
+@dataclass(frozen=True)
+class GenerateSpeed:
+    """Rollout generation against the trainer's forward pass, same model, same sequences."""
+
+    rows: int
+    prompt_tokens: int
+    new_tokens: int
+    generate_s: float
+    generate_tokens_per_s: float
+    """Generated tokens of every row over the generation's time."""
+    forward_s: float
+    forward_tokens_per_s: float
+    """(prompt + generated) tokens of every row over the old-log-prob pass's time."""
+    forward_over_generate: float
+    """``forward_tokens_per_s / generate_tokens_per_s``."""
+    peak_memory_gib: float | None
+
+
+def generate_speed(
+    shape: ModelShape,
+    *,
+    device: str = "cuda",
+    rows: int = 64,
+    prompt: int = 1024,
+    new_tokens: int = 256,
+    micro_batch_size: int = 8,
+    precision: str = "bf16",
+    seed: int = 0,
+) -> GenerateSpeed:
+    """Time ``generate`` of ``new_tokens`` tokens for ``rows`` random prompts of ``prompt``
+    tokens, then the old-log-prob pass over the generated sequences (after a warm-up of each)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from train.rl.update import recompute_old_log_probs
+    from train.runtime import autocast_context
+
+    dev = torch.device(device)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=torch.float32).to(dev)
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(10, shape.vocab_size, (rows, prompt), generator=generator).to(dev)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def generate(count: int) -> torch.Tensor:
+        sync()
+        with torch.inference_mode(), autocast_context(dev, precision):
+            out = model.generate(
+                input_ids=prompts,
+                attention_mask=torch.ones_like(prompts),
+                max_new_tokens=count,
+                min_new_tokens=count,  # a random model rarely stops; make sure it never does
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                pad_token_id=0,
+            )
+        sync()
+        return out
+
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    generate(4)  # warm-up
+    t0 = time.perf_counter()
+    sequences = generate(new_tokens).cpu()
+    generate_s = time.perf_counter() - t0
+    data = _synthetic_rows(rows, prompt, new_tokens, shape.vocab_size, seed)
+    for row, ids in zip(data, sequences.tolist(), strict=True):
+        row.prompt_ids, row.response_ids = ids[:prompt], ids[prompt:]
+
+    def forward() -> float:
+        sync()
+        start = time.perf_counter()
+        recompute_old_log_probs(
+            model,
+            data,
+            micro_batch_size=micro_batch_size,
+            pad_id=0,
+            device=dev,
+            precision=precision,
+        )
+        sync()
+        return time.perf_counter() - start
+
+    forward()  # warm-up
+    forward_s = forward()
+    generated = rows * new_tokens
+    generate_tps = generated / generate_s
+    forward_tps = rows * (prompt + new_tokens) / forward_s
+    memory = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
+    return GenerateSpeed(
+        rows=rows,
+        prompt_tokens=prompt,
+        new_tokens=new_tokens,
+        generate_s=generate_s,
+        generate_tokens_per_s=generate_tps,
+        forward_s=forward_s,
+        forward_tokens_per_s=forward_tps,
+        forward_over_generate=forward_tps / generate_tps,
+        peak_memory_gib=memory,
+    )
+
+
 def loop_speed(out_dir: str | Path, *, iterations: int = 4, algo: str = "ptgpo") -> dict[str, Any]:
     """The RL loop on CPU with the tiny model; medians over the iterations after the first."""
     from agents.tiny_model import build_tiny_model
@@ -267,7 +387,7 @@ def _peak_for(device_name: str) -> float | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("cpu", "gpu", "both"), default="cpu")
+    parser.add_argument("--mode", choices=("cpu", "gpu", "generate", "both"), default="cpu")
     parser.add_argument("--out", default="results/train-speed")
     parser.add_argument("--iterations", type=int, default=4, help="cpu mode: loop iterations")
     parser.add_argument("--device", default="cuda", help="gpu mode: device (cpu: check the path)")
@@ -276,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", type=int, default=1536)
     parser.add_argument("--response", type=int, default=512)
     parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--gen-rows", type=int, default=64, help="generate: prompts")
+    parser.add_argument("--gen-prompt", type=int, default=1024, help="generate: prompt tokens")
+    parser.add_argument("--new-tokens", type=int, default=256, help="generate: tokens per row")
     parser.add_argument("--peak-tflops", type=float, default=None)
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -287,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("| metric | value |\n|---|---|")
         for key, value in report["cpu_loop"].items():
             print(f"| {key} | {value:.3f} |")
-    if args.mode in ("gpu", "both"):
+    if args.mode in ("gpu", "generate", "both"):
         import torch
 
         if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -296,26 +419,53 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "check the code path)"
             )
         else:
-            name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-            peak = args.peak_tflops or _peak_for(name)
-            shape = QWEN3_1P7B if args.shape == "qwen3-1.7b" else SMALL_SHAPE
-            speed = update_speed(
-                shape,
-                device=args.device,
-                rows=args.rows,
-                prompt=args.prompt,
-                response=args.response,
-                micro_batch_size=args.micro_batch_size,
-                precision="bf16" if args.device.startswith("cuda") else "fp32",
-                peak_tflops=peak,
-            )
-            report["gpu_update"] = {"device": name, "shape": args.shape, **asdict(speed)}
-            print(f"\n## Update path, {args.shape} shape on {name}\n")
-            print("| metric | value |\n|---|---|")
-            for key, value in report["gpu_update"].items():
-                print(f"| {key} | {value} |")
+            report.update(_device_report(args))
     (out / "train_speed.json").write_text(json.dumps(report, indent=2))
     return 0
+
+
+def _device_report(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    report: dict[str, Any] = {}
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    precision = "bf16" if args.device.startswith("cuda") else "fp32"
+    shape = QWEN3_1P7B if args.shape == "qwen3-1.7b" else SMALL_SHAPE
+    if args.mode in ("gpu", "both"):
+        speed = update_speed(
+            shape,
+            device=args.device,
+            rows=args.rows,
+            prompt=args.prompt,
+            response=args.response,
+            micro_batch_size=args.micro_batch_size,
+            precision=precision,
+            peak_tflops=args.peak_tflops or _peak_for(name),
+        )
+        report["gpu_update"] = {"device": name, "shape": args.shape, **asdict(speed)}
+        _print_table(f"Update path, {args.shape} shape on {name}", report["gpu_update"])
+    gen = generate_speed(
+        shape,
+        device=args.device,
+        rows=args.gen_rows,
+        prompt=args.gen_prompt,
+        new_tokens=args.new_tokens,
+        micro_batch_size=args.micro_batch_size,
+        precision=precision,
+    )
+    report["generate"] = {"device": name, "shape": args.shape, **asdict(gen)}
+    _print_table(
+        f"Rollout generate vs the trainer's forward, {args.shape} shape on {name}",
+        report["generate"],
+    )
+    return report
+
+
+def _print_table(title: str, values: dict[str, Any]) -> None:
+    print(f"\n## {title}\n")
+    print("| metric | value |\n|---|---|")
+    for key, value in values.items():
+        print(f"| {key} | {value} |")
 
 
 if __name__ == "__main__":

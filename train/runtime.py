@@ -2,10 +2,14 @@
 checkpoints that resume exactly, metric logs, and the non-finite-loss guard.
 
 Checkpoint layout (``<out>/checkpoints/step-<n>/``): ``model/`` (``save_pretrained`` of the
-model and tokenizer: it reloads with plain transformers), ``trainer_state.pt`` (optimizer,
-scheduler, RNG states, step and data position), ``config.json``. ``<out>/checkpoints/latest``
-names the newest complete one; a checkpoint is written to a temporary folder and renamed, so an
-interrupted save never leaves a broken "latest".
+model and tokenizer: it reloads with plain transformers), ``optimizer.pt`` (the optimizer state
+keyed by parameter name, unsharded), ``trainer_state.pt`` (scheduler, RNG states, step and data
+position), ``config.json``. ``<out>/checkpoints/latest`` names the newest complete one; a
+checkpoint is written to a temporary folder and renamed, so an interrupted save never leaves a
+broken "latest". Every tensor is saved whole, so a checkpoint written by N ``torchrun``
+processes (rank 0 writes; :mod:`train.distributed`) resumes on any number of processes.
+Version 1 checkpoints (the optimizer state keyed by position, inside ``trainer_state.pt``)
+still resume in one process.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ __all__ = [
     "set_rng_state",
 ]
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 class NonFiniteLossError(RuntimeError):
@@ -178,34 +182,51 @@ def save_checkpoint(
     state: TrainState,
     config: Mapping[str, Any],
     keep_last: int = 3,
+    *,
+    ctx: Any = None,
 ) -> Path:
-    """Write ``<out_dir>/checkpoints/step-<n>`` atomically and point ``latest`` at it."""
+    """Write ``<out_dir>/checkpoints/step-<n>`` atomically and point ``latest`` at it.
+
+    Distributed (``ctx``: a :class:`~train.distributed.DistContext` with several ranks): every
+    rank calls it (the full tensors are gathered), rank 0 writes, all wait for it."""
+    from train.distributed import DistContext, full_model_state, full_optimizer_state, is_sharded
+
+    ctx = ctx or DistContext()
     root = Path(out_dir) / "checkpoints"
     final = root / f"step-{state.step:07d}"
-    tmp = root / f".tmp-step-{state.step:07d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "model").mkdir(parents=True)
-    getattr(model, "module", model).save_pretrained(tmp / "model")
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp / "model")
-    torch.save(
-        {
-            "version": CHECKPOINT_VERSION,
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "rng": rng_state(),
-            "state": state.__dict__,
-        },
-        tmp / "trainer_state.pt",
-    )
-    (tmp / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    (root / "latest.tmp").write_text(final.name)
-    (root / "latest.tmp").replace(root / "latest")
-    old = sorted(p for p in root.glob("step-*") if p.is_dir())[:-keep_last] if keep_last else []
-    for path in old:
-        shutil.rmtree(path, ignore_errors=True)
+    sharded = is_sharded(model)
+    model_state = full_model_state(model, ctx) if sharded else None
+    # an optimizer that never stepped has no state (and must not get one: see load_checkpoint)
+    optimizer_state = full_optimizer_state(model, optimizer, ctx) if optimizer.state else None
+    if ctx.is_main:
+        tmp = root / f".tmp-step-{state.step:07d}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "model").mkdir(parents=True)
+        getattr(model, "module", model).save_pretrained(tmp / "model", state_dict=model_state)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp / "optimizer.pt")
+        torch.save(
+            {
+                "version": CHECKPOINT_VERSION,
+                "optimizer_file": "optimizer.pt" if optimizer_state is not None else None,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "rng": rng_state(),
+                "state": state.__dict__,
+                "world_size": ctx.world_size,
+            },
+            tmp / "trainer_state.pt",
+        )
+        (tmp / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        (root / "latest.tmp").write_text(final.name)
+        (root / "latest.tmp").replace(root / "latest")
+        old = sorted(p for p in root.glob("step-*") if p.is_dir())[:-keep_last] if keep_last else []
+        for path in old:
+            shutil.rmtree(path, ignore_errors=True)
+    ctx.barrier()
     return final
 
 
@@ -218,16 +239,51 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return path if (path / "trainer_state.pt").exists() else None
 
 
-def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> TrainState:
-    """Load optimizer, scheduler and RNG states (the model is loaded from ``path/'model'``)."""
+def load_checkpoint(
+    path: Path,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    *,
+    model: Any = None,
+    ctx: Any = None,
+) -> TrainState:
+    """Load optimizer, scheduler and RNG states (the model is loaded from ``path/'model'``).
+
+    ``model`` (the one ``optimizer`` steps, sharded or not) is needed for version-2
+    checkpoints, whose optimizer state is keyed by parameter name; distributed, every rank calls
+    this and rank 0's copy of the optimizer state is broadcast and sharded."""
+    from train.distributed import DistContext, is_sharded, load_optimizer_state
+
+    ctx = ctx or DistContext()
     blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-    if blob.get("version") != CHECKPOINT_VERSION:
+    version = blob.get("version")
+    if version == 1:
+        if ctx.is_distributed:
+            raise ValueError(
+                f"checkpoint {path} has version 1 (optimizer state by position); resume it in "
+                "one process once (the next checkpoint is version 2), then on any number"
+            )
+        optimizer.load_state_dict(blob["optimizer"])
+    elif version == CHECKPOINT_VERSION:
+        if model is None:
+            raise TypeError("load_checkpoint needs model= for a version-2 checkpoint")
+        if blob.get("optimizer_file"):
+            reads = ctx.is_main or not is_sharded(model)
+            saved = (
+                torch.load(Path(path) / blob["optimizer_file"], weights_only=False)
+                if reads
+                else None
+            )
+            load_optimizer_state(model, optimizer, saved, ctx)
+    else:
         raise ValueError(
-            f"checkpoint {path} has version {blob.get('version')}, expected {CHECKPOINT_VERSION}"
+            f"checkpoint {path} has version {version}, expected {CHECKPOINT_VERSION} (or 1)"
         )
-    optimizer.load_state_dict(blob["optimizer"])
     if scheduler is not None and blob["scheduler"] is not None:
         scheduler.load_state_dict(blob["scheduler"])
+        # the learning rate in effect (also where no optimizer state was saved: plain SGD)
+        for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+            group["lr"] = lr
     set_rng_state(blob["rng"])
     return TrainState(**blob["state"])
 

@@ -6,15 +6,18 @@ replay stage uses), everything else is masked. Batches pad on the right, micro-b
 similar lengths, gradients accumulate to the global batch, and the loss is the token mean over
 the global batch. The schedule is linear warmup then cosine; bf16 autocast where the device has
 it. Checkpoints reload with plain transformers and resume exactly (model, optimizer, scheduler,
-RNG states, data position).
+RNG states, data position). Under ``torchrun`` the same command trains on many processes
+(FSDP2; :mod:`train.distributed`), with the same schedule and checkpoints.
 
     agentenvs train sft --model DIR --data trajectories.jsonl --out runs/sft [key=value ...]
+    torchrun --nproc-per-node=8 -m agentenvs.cli train sft --model DIR --data T.jsonl --out D
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -27,6 +30,14 @@ import torch
 from agents.trajectory import Trajectory, read_trajectories
 from replay.tokens import render_chat
 from train.config import config_to_dict, load_config
+from train.distributed import (
+    DistContext,
+    FSDPSettings,
+    full_tensor,
+    init_distributed,
+    pad_passes,
+    shard_model,
+)
 from train.runtime import (
     MetricsLogger,
     TrainState,
@@ -36,7 +47,6 @@ from train.runtime import (
     load_checkpoint,
     make_optimizer,
     make_scheduler,
-    pick_device,
     save_checkpoint,
     seed_everything,
 )
@@ -73,15 +83,19 @@ class SFTConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     batch_size: int = 64
-    """Examples per optimizer step (the paper: 64)."""
+    """Examples per optimizer step (the paper: 64), over all ranks under torchrun."""
     micro_batch_size: int = 8
-    """Examples per forward pass; gradients accumulate to ``batch_size``."""
+    """Examples per forward pass (per rank); gradients accumulate to ``batch_size``."""
     max_length: int = 8192
     """Tokens per example; longer conversations are cut at the end."""
     precision: str = "auto"
     """``auto`` (bf16 where the GPU has it), ``bf16`` or ``fp32``."""
     gradient_checkpointing: bool = False
     device: str = "auto"
+    """``auto`` (CUDA when available), ``cpu`` or ``cuda``; under torchrun each process takes
+    ``cuda:LOCAL_RANK``."""
+    fsdp: FSDPSettings = field(default_factory=FSDPSettings)
+    """FSDP2 settings, read under torchrun only (:class:`train.distributed.FSDPSettings`)."""
     seed: int = 0
     save_every: int = 0
     """Checkpoint every N steps (0: at the end of every epoch)."""
@@ -180,8 +194,20 @@ def train_sft(
 
     ``stop_at`` ends this session after that many optimizer steps in all (with a checkpoint),
     without changing the run's schedule: a later ``resume=True`` call continues it exactly, as
-    after a preempted job.
+    after a preempted job. Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is sharded with
+    FSDP2 and each global batch is split over the ranks (:mod:`train.distributed`); the
+    schedule, the data order and the checkpoints are the same as in one process.
     """
+    ctx = init_distributed(config.device)
+    try:
+        return _run_sft(config, ctx, resume=resume, progress=progress, stop_at=stop_at)
+    finally:
+        ctx.close()
+
+
+def _run_sft(
+    config: SFTConfig, ctx: DistContext, *, resume: bool, progress: bool, stop_at: int | None
+) -> Path:
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -190,32 +216,59 @@ def train_sft(
 
     out_dir = Path(config.out_dir)
     checkpoint = latest_checkpoint(out_dir) if resume else None
-    if resume and checkpoint is None:
+    if resume and checkpoint is None and ctx.is_main:
         print(f"no checkpoint under {out_dir}; starting from {config.model}", file=sys.stderr)
     source = str(checkpoint / "model") if checkpoint else config.model
-    device = pick_device(config.device)
+    device = ctx.device
     seed_everything(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source).to(device)
+    model = AutoModelForCausalLM.from_pretrained(source)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    if ctx.is_distributed:
+        shard_model(model, ctx, config.fsdp, config.precision)
+    else:
+        model.to(device)
     examples = build_examples(_load_data(config), tokenizer, config.max_length)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     total = steps_per_epoch * config.epochs
     total = min(total, config.max_steps) if config.max_steps else total
     optimizer = make_optimizer(model, config.lr, config.weight_decay)
     scheduler = make_scheduler(optimizer, total, config.warmup_ratio, config.schedule)
-    state = load_checkpoint(checkpoint, optimizer, scheduler) if checkpoint else TrainState()
-    logger = MetricsLogger(
-        out_dir,
-        tensorboard=config.tensorboard,
-        wandb_project=config.wandb_project,
-        config=config_to_dict(config),
+    state = (
+        load_checkpoint(checkpoint, optimizer, scheduler, model=model, ctx=ctx)
+        if checkpoint
+        else TrainState()
     )
-    logger.truncate_after(state.step)
+    logger = (
+        MetricsLogger(
+            out_dir,
+            tensorboard=config.tensorboard,
+            wandb_project=config.wandb_project,
+            config=config_to_dict(config),
+        )
+        if ctx.is_main
+        else None
+    )
+    if logger is not None:
+        logger.truncate_after(state.step)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def save() -> Path:
+        return save_checkpoint(
+            out_dir,
+            model,
+            tokenizer,
+            optimizer,
+            scheduler,
+            state,
+            config_to_dict(config),
+            config.keep_checkpoints,
+            ctx=ctx,
+        )
+
     model.train()
-    bar = tqdm(total=total, initial=state.step, desc="sft", disable=not progress)
+    bar = tqdm(total=total, initial=state.step, desc="sft", disable=not (progress and ctx.is_main))
     last_saved = checkpoint
     end = min(total, stop_at) if stop_at is not None else total
     while state.step < end:
@@ -227,70 +280,61 @@ def train_sft(
             start = state.batch_in_epoch * config.batch_size
             batch = [examples[i] for i in order[start : start + config.batch_size]]
             metrics = _train_step(
-                model, optimizer, scheduler, batch, config, device, pad_id, state.step, last_saved
+                model, optimizer, scheduler, batch, config, ctx, pad_id, state.step, last_saved
             )
             state.step += 1
             state.batch_in_epoch += 1
-            if state.step % config.log_every == 0:
+            if logger is not None and state.step % config.log_every == 0:
                 logger.log(state.step, {**metrics, "train/epoch": state.epoch})
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
             if config.save_every and state.step % config.save_every == 0:
-                last_saved = save_checkpoint(
-                    out_dir,
-                    model,
-                    tokenizer,
-                    optimizer,
-                    scheduler,
-                    state,
-                    config_to_dict(config),
-                    config.keep_checkpoints,
-                )
+                last_saved = save()
         if state.batch_in_epoch >= steps_per_epoch:
             state.epoch += 1
             state.batch_in_epoch = 0
             if not config.save_every:
-                last_saved = save_checkpoint(
-                    out_dir,
-                    model,
-                    tokenizer,
-                    optimizer,
-                    scheduler,
-                    state,
-                    config_to_dict(config),
-                    config.keep_checkpoints,
-                )
+                last_saved = save()
     bar.close()
-    logger.close()
+    if logger is not None:
+        logger.close()
     if last_saved is None or not last_saved.name.endswith(f"{state.step:07d}"):
-        last_saved = save_checkpoint(
-            out_dir,
-            model,
-            tokenizer,
-            optimizer,
-            scheduler,
-            state,
-            config_to_dict(config),
-            config.keep_checkpoints,
-        )
+        last_saved = save()
     return last_saved
 
 
-def _train_step(model, optimizer, scheduler, batch, config, device, pad_id, step, last_saved):
+def _train_step(model, optimizer, scheduler, batch, config, ctx, pad_id, step, last_saved):
+    """One optimizer step over ``batch`` (the global batch: each rank takes its share of the
+    length-sorted examples; the loss is divided by the whole batch's label tokens)."""
     started = time.perf_counter()
+    device = ctx.device
     n_tokens = sum(e.n_label_tokens for e in batch)
     ordered = sorted(batch, key=lambda e: len(e.input_ids))
+    mine = ctx.shard(ordered)
+    size = config.micro_batch_size
+    chunks = [mine[i : i + size] for i in range(0, len(mine), size)]
+    rounds = max(math.ceil(len(ordered[r :: ctx.world_size]) / size) for r in range(ctx.world_size))
     total_loss = 0.0
-    for i in range(0, len(ordered), config.micro_batch_size):
-        micro = _collate(ordered[i : i + config.micro_batch_size], pad_id)
-        micro = {k: v.to(device) for k, v in micro.items()}
+    for chunk in chunks:
+        micro = {k: v.to(device) for k, v in _collate(chunk, pad_id).items()}
         with autocast_context(device, config.precision):
             loss_sum = _token_loss_sum(model, micro)
         (loss_sum / n_tokens).backward()
         total_loss += float(loss_sum.detach())
+    pad_passes(
+        model,
+        rounds - len(chunks),
+        pad_id=pad_id,
+        device=device,
+        precision=config.precision,
+        backward=True,
+    )
+    (total_loss,) = ctx.sum([total_loss])
     loss = total_loss / n_tokens
     check_finite(loss, "the SFT loss", step, last_saved)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    grad_norm = full_tensor(
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    )
     check_finite(grad_norm, "the gradient norm", step, last_saved)
     optimizer.step()
     scheduler.step()
@@ -325,5 +369,6 @@ def sft_main(argv: list[str]) -> int:
         overrides.append(f"out_dir={args.out}")
     config = load_config(SFTConfig, args.config, overrides)
     final = train_sft(config, resume=args.resume)
-    print(f"final checkpoint: {final} (load {final / 'model'} with transformers)")
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"final checkpoint: {final} (load {final / 'model'} with transformers)")
     return 0

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agents.envworkers.host import EnvFailure, EnvHost
+from agents.envworkers.host import CutStateError, EnvFailure, EnvHost
 from agents.envworkers.pool import (
     EnvWorkerError,
     EnvWorkerPool,
@@ -39,6 +39,7 @@ from agents.envworkers.ray_pool import RayPool
 
 __all__ = [
     "ENV_WORKER_KINDS",
+    "CutStateError",
     "EnvFailure",
     "EnvHost",
     "EnvWorkerError",

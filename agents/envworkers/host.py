@@ -4,7 +4,9 @@ An :class:`EnvHost` owns one environment per *slot* (an episode in flight) and, 
 policies that act from state (``expert``, ``random``), the policy instances, built from their
 spec strings next to the environments. It applies a batch of operations and returns one result
 per item: the Gymnasium return value, or an :class:`EnvFailure` where that item raised (one
-slot's exception never stops the others).
+slot's exception never stops the others). A reset may start an episode at a cut state: the
+task's reset followed by a replay of prefix actions, checked against the recorded cut
+observation (:func:`start_at_cut`), so that the replay runs next to the environment.
 
 :func:`result_digest` gives a short fingerprint of a result; a pool that replays a slot's
 operations after a worker died compares the replayed fingerprints with the original ones to
@@ -21,10 +23,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OPERATIONS", "EnvFailure", "EnvHost", "result_digest", "slot_of"]
+__all__ = [
+    "OPERATIONS",
+    "CutStateError",
+    "EnvFailure",
+    "EnvHost",
+    "result_digest",
+    "slot_of",
+    "start_at_cut",
+]
 
 # The operations of a worker, and the position of the slot in each one's item tuple.
 OPERATIONS: dict[str, int] = {"reset": 0, "step": 0, "act": 1, "end": 1}
+
+
+class CutStateError(RuntimeError):
+    """A prefix replay that does not reach its recorded cut state (or ends the episode)."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +120,17 @@ class EnvHost:
 
     # ----- the operations ---------------------------------------------------------------------
 
-    def _op_reset(self, slot: int, task_id: str) -> tuple[str, dict[str, Any]]:
-        return self.env(slot).reset(options={"task_id": task_id})
+    def _op_reset(
+        self,
+        slot: int,
+        task_id: str,
+        prefix_actions: Sequence[str] = (),
+        cut_observation: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        env = self.env(slot)
+        if not prefix_actions and cut_observation is None:
+            return env.reset(options={"task_id": task_id})
+        return start_at_cut(env, task_id, prefix_actions, cut_observation)
 
     def _op_step(self, slot: int, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         return self.env(slot).step(action)
@@ -144,6 +167,37 @@ class EnvHost:
         if not sep or not module or not name:
             raise ValueError(f"env_factory must be 'module:function', got {self.env_factory!r}")
         return getattr(importlib.import_module(module), name)(**self.env_kwargs)
+
+
+def start_at_cut(
+    env: Any, task_id: str, prefix_actions: Sequence[str], cut_observation: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Reset ``env`` to ``task_id`` and replay ``prefix_actions``; returns the reached
+    (observation, info) like a reset.
+
+    Raises :class:`CutStateError` when the reached observation is neither ``cut_observation``
+    (if given) nor a match of it (``env.match``), or when the episode is already over there;
+    the environment's own error (e.g. ``EpisodeOverError``) when the prefix ends the episode
+    before its last action.
+    """
+    result = env.replay(task_id, list(prefix_actions))
+    reached = result.last_observation
+    info = result.steps[-1].info if result.steps else result.info
+    if (
+        cut_observation is not None
+        and reached != cut_observation
+        and not env.match(cut_observation, reached)
+    ):
+        raise CutStateError(
+            f"replaying {len(prefix_actions)} prefix actions of {task_id} reaches {reached!r}, "
+            f"not the recorded cut observation {cut_observation!r}"
+        )
+    if env.done:
+        raise CutStateError(
+            f"the episode of {task_id} is over at the cut (after {len(prefix_actions)} prefix "
+            "actions): nothing is left to play"
+        )
+    return reached, info
 
 
 def result_digest(result: Any) -> str:

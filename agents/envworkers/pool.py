@@ -1,7 +1,8 @@
 """The environment-worker pool interface, the in-process pool, and fault-tolerant remote pools.
 
 A pool holds one environment per *slot* (an episode in flight) and applies batched operations
-to them: ``reset`` a list of ``(slot, task id)``, ``step`` a list of ``(slot, action)``, ``act``
+to them: ``reset`` a list of ``(slot, task id)`` (or ``(slot, task id, prefix actions, cut
+observation)`` to start at a replayed cut state), ``step`` a list of ``(slot, action)``, ``act``
 (let a scripted policy choose, next to the environment) and ``end`` (forget a scripted policy's
 episode memory). Each returns one result per item: the Gymnasium value, or an
 :class:`~agents.envworkers.host.EnvFailure` for that item only.
@@ -71,8 +72,11 @@ class EnvWorkerPool(ABC):
         """How many workers step environments in parallel (0: this process)."""
         return 0
 
-    def reset(self, items: Sequence[tuple[int, str]]) -> list[Any]:
-        """``env.reset(options={"task_id": t})`` for every ``(slot, t)``."""
+    def reset(self, items: Sequence[tuple]) -> list[Any]:
+        """``env.reset(options={"task_id": t})`` for every ``(slot, t)``; for every ``(slot, t,
+        prefix_actions, cut_observation)``, that reset and a replay of the prefix actions,
+        checked against ``cut_observation`` when not None (:func:`~agents.envworkers.host.
+        start_at_cut`)."""
         return self._timed("reset", items)
 
     def step(self, items: Sequence[tuple[int, str]]) -> list[Any]:

@@ -50,3 +50,39 @@ def has_expert(env_id: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def cut_spec(
+    env_id: str,
+    task_id: str,
+    prefix_actions,
+    group_id: str,
+    sample_index: int = 0,
+    max_turns: int | None = None,
+    **fields,
+):
+    """An :class:`agents.rollout.EpisodeSpec` that starts after ``prefix_actions``: the
+    conversation a policy replying those actions would have had (every turn kept), and the
+    observation the environment reached as the recorded cut observation."""
+    from agentenvs.registration import make
+    from agents.prompts import Conversation, format_reply
+    from agents.rollout import EpisodeSpec
+
+    env = make(env_id, max_turns=max_turns)
+    try:
+        observation, info = env.reset(options={"task_id": task_id})
+        conversation = Conversation(env_id, None)
+        conversation.start(observation, info)
+        for action in prefix_actions:
+            conversation.add_reply(format_reply("a teacher step", action, env_id), action)
+            observation, _, _, _, info = env.step(action)
+            conversation.add_observation(observation, info)
+    finally:
+        env.close()
+    settings = {
+        "prefix_actions": tuple(prefix_actions),
+        "start_messages": conversation.messages,
+        "cut_observation": observation,
+        **fields,
+    }
+    return EpisodeSpec(task_id, group_id, sample_index, **settings)

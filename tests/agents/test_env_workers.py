@@ -33,7 +33,9 @@ from agents.envworkers import (
 )
 from agents.policy import Completion, Policy, make_policy
 from agents.prompts import format_reply
-from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+
+from .conftest import cut_spec
 
 TC = "TextCraft-v0"
 MAX_TURNS = 10
@@ -219,6 +221,37 @@ def test_second_death_marks_the_episode_error_and_the_rest_go_on(undisturbed) ->
     others = _by_key([t for t in trajectories if t.error is None], keep_notes=False)
     assert others == {key: expected[key] for key in others}
     assert len(others) + len(failed) == 16
+
+
+def test_cut_starts_in_a_process_pool_match_in_process() -> None:
+    """Episodes that start at a cut state (the expert's first action replayed inside the worker)
+    play exactly as in-process, also when their worker is killed and they are retried."""
+    experts = run_rollouts(make_policy("expert"), TC, plan_episodes(_tasks(8), 1), CONFIG)
+    specs = [
+        cut_spec(TC, t.task_id, t.actions[:1], f"{t.group_id}@1", j, max_turns=MAX_TURNS)
+        for t in experts
+        for j in range(2)
+    ]
+    here = _by_key(run_rollouts(_policy("conversation"), TC, specs, CONFIG))
+    assert all(t["error"] is None and t["metadata"]["prefix_turns"] == 1 for t in here.values())
+    stats = RolloutStats()
+    with make_env_pool(TC, "process:2", ENV_KWARGS) as pool:
+        played = run_rollouts(_policy("conversation"), TC, specs, CONFIG, env_pool=pool)
+        assert _by_key(played) == here
+        on_episode, kills = _killer(_os_kill, pool)
+        retried = run_rollouts(
+            _policy("conversation"),
+            TC,
+            specs,
+            CONFIG,
+            env_pool=pool,
+            on_episode=on_episode,
+            stats=stats,
+        )
+        assert len(kills) == 1 and pool.restarts == stats.env_worker_restarts == 1
+    notes = [n for t in retried for n in t.metadata.get(NOTES, [])]
+    assert any("restored on a new worker by replaying" in n for n in notes)
+    assert _by_key(retried, keep_notes=False) == here
 
 
 def test_hung_worker_is_killed_after_its_deadline(undisturbed) -> None:

@@ -1,5 +1,6 @@
 """Batched rollouts: experts, the random agent (in-process and in a process pool), the tiny model
-with token ids and log-probs checked against a teacher-forced forward pass, format errors."""
+with token ids and log-probs checked against a teacher-forced forward pass, format errors, and
+episodes that start at a replayed cut state."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import pytest
 import torch
 
 from agentenvs.registration import make
-from agents.policy import SamplingParams, make_policy
-from agents.prompts import format_error_feedback, parse_action, prompt_messages
+from agents.policy import Completion, Policy, SamplingParams, make_policy
+from agents.prompts import format_error_feedback, format_reply, parse_action, prompt_messages
 from agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, plan_episodes, run_rollouts
 from agents.trajectory import Trajectory
 
-from .conftest import has_expert, registered_envs
+from .conftest import cut_spec, has_expert, registered_envs
 
 TC = "TextCraft-v0"
 
@@ -144,3 +145,68 @@ def test_max_active_bounds_the_batch(tiny_policy) -> None:
     config = RolloutConfig(max_turns=2, sampling=sampling, max_active=2)
     trajs = run_rollouts(tiny_policy, TC, plan_episodes(_tasks(TC, 2), 2), config, stats=stats)
     assert len(trajs) == 4 and stats.generate_calls == 4 and stats.turns == 8
+
+
+# --------------------------------------------------------------------------------------------
+# Cut-state starts
+
+
+class InventoryPolicy(Policy):
+    """Always asks for the inventory (a valid action that never ends a TextCraft episode)."""
+
+    def generate(self, conversations, sampling=None, *, envs=None, keys=None):
+        reply = format_reply("check", "inventory", TC)
+        return [Completion(reply, finish_reason="stop") for _ in conversations]
+
+
+def test_a_cut_start_continues_the_conversation_and_counts_its_prefix_turns() -> None:
+    prefix = ("inventory", "get 1 sunflower")
+    specs = [
+        cut_spec(TC, "agentgym/0", prefix, "cut", 0, max_turns=5),
+        cut_spec(TC, "agentgym/0", prefix, "unparsed", 0, max_turns=5, prefix_turns=4),
+        EpisodeSpec("agentgym/0", "reset", 0),
+    ]
+    trajs = {
+        t.group_id: t
+        for t in run_rollouts(InventoryPolicy("inventory"), TC, specs, RolloutConfig(max_turns=5))
+    }
+    cut, unparsed, reset = trajs["cut"], trajs["unparsed"], trajs["reset"]
+    assert all(t.error is None and t.truncated and not t.won for t in trajs.values())
+    # 5 replies in all: the prefix's 2 (or 4, when some teacher replies had no action) and the rest
+    assert (cut.turns, unparsed.turns, reset.turns) == (3, 1, 5)
+    assert (cut.metadata["prefix_turns"], unparsed.metadata["prefix_turns"]) == (2, 4)
+    assert "prefix_turns" not in reset.metadata
+    start = list(specs[0].start_messages)
+    assert cut.messages[: len(start)] == start and cut.messages[len(start)]["role"] == "assistant"
+    assert cut.steps[0].anchor == "Got 1 sunflower" == specs[0].cut_observation
+    assert "[sunflower] (1)" in cut.steps[0].observation  # the replayed state, not a fresh reset
+    assert "[sunflower]" not in reset.steps[0].observation
+    assert len([m for m in cut.messages if m["role"] == "assistant"]) == 5
+
+
+def test_a_cut_start_that_no_longer_reaches_its_cut_is_a_marked_episode() -> None:
+    good = cut_spec(TC, "agentgym/0", ["get 1 sunflower"], "good", 0)
+    moved = cut_spec(TC, "agentgym/0", ["get 1 sunflower"], "moved", 0, cut_observation="Got 9 x")
+    over = cut_spec(TC, "agentgym/0", ["inventory"] * 3, "over", 0, max_turns=3)
+    trajs = {
+        t.group_id: t
+        for t in run_rollouts(
+            InventoryPolicy("inventory"), TC, [moved, good, over], RolloutConfig(max_turns=3)
+        )
+    }
+    assert trajs["good"].error is None and trajs["good"].turns == 2
+    for name in ("moved", "over"):
+        error = trajs[name].error
+        assert error.startswith("replay failed: ") and "CutStateError" in error
+        assert trajs[name].steps == [] and not trajs[name].won
+    assert "not the recorded cut observation 'Got 9 x'" in trajs["moved"].error
+    assert "over at the cut" in trajs["over"].error
+
+
+def test_cut_starts_need_a_chat_prompt_and_well_formed_messages() -> None:
+    spec = EpisodeSpec("1", "g", 0, start_messages=[{"role": "user", "content": "room"}])
+    with pytest.raises(ValueError, match="template-style prompt"):
+        run_rollouts(InventoryPolicy("inventory"), "Sokoban-v0", [spec])
+    with pytest.raises(ValueError, match="cut-state user turn"):
+        EpisodeSpec("t", "g", 0, start_messages=[{"role": "system", "content": "s"}])
+    assert not EpisodeSpec("t", "g", 0).is_cut_start and EpisodeSpec("t", "g", 0).turns_before == 0

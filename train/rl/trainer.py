@@ -16,22 +16,36 @@ never from state lost in a restart). A NaN or infinite loss or gradient norm sto
 checkpoint (nothing is saved after it). An environment error ends that episode only: it is
 marked, counted (``rollout/error_episodes``), left out of its group, and reported once per
 distinct message.
+
+Rollout engines (``engine.kind``): ``transformers`` generates with the trainer's own model;
+``vllm`` (:mod:`train.rl.vllm_engine`) is a colocated vLLM engine, put to sleep during the update
+and given the new weights (and checked on a fixed probe) by :meth:`RLTrainer.sync_weights`. A
+policy from ``policy_factory`` that has ``sleep()`` and ``sync_weights(model, iteration)`` gets
+the same treatment.
+
+Many processes (``torchrun``; :mod:`train.distributed`): the policy is sharded with FSDP2; every
+rank draws the same starts and plays its share of them (whole groups stay on one rank, so the
+advantages need no exchange), the update's denominators and metrics cover all ranks, rank 0
+logs and writes the checkpoints (full tensors: they resume on any number of processes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agents.envworkers import EnvWorkerPool
 from agents.policy import Policy, SamplingParams
-from agents.rollout import RolloutConfig, RolloutStats
+from agents.rollout import RolloutConfig, RolloutStats, make_rollout_pool
 from train.config import config_to_dict
+from train.distributed import DistContext, gathered, init_distributed, reduce_metrics, shard_model
 from train.rl.batch import (
     StepRow,
     build_rows,
@@ -55,15 +69,15 @@ from train.runtime import (
     load_checkpoint,
     make_optimizer,
     make_scheduler,
-    pick_device,
     save_checkpoint,
     seed_everything,
 )
 
 __all__ = ["RLTrainer", "WeightSync", "train_rl"]
 
-WeightSync = Callable[[Any, int], None]
-"""``sync(model, iteration)``: push the updated weights to the rollout engine."""
+WeightSync = Callable[[Any, int], "Mapping[str, float] | None"]
+"""``sync(model, iteration)``: push the updated weights to the rollout engine; may return
+metrics (the vLLM engine's probe gap), which join the iteration's."""
 PolicyFactory = Callable[[Any, Any, RLConfig], Policy]
 
 
@@ -77,6 +91,27 @@ def _transformers_policy(model: Any, tokenizer: Any, config: RLConfig) -> Policy
         chat_template_kwargs=config.rollout.chat_template_kwargs,
         spec=f"hf:{config.model}",
     )
+
+
+def _policy_factory(config: RLConfig) -> PolicyFactory:
+    if config.engine.kind == "vllm":
+        from train.rl.vllm_engine import vllm_policy_factory
+
+        return vllm_policy_factory
+    return _transformers_policy
+
+
+class _NoLogger:
+    """The metrics logger of ranks other than 0: they log nothing."""
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        pass
+
+    def truncate_after(self, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class RLTrainer:
@@ -93,11 +128,13 @@ class RLTrainer:
     ) -> None:
         self.config = config
         self.progress = progress
-        self.policy_factory = policy_factory or _transformers_policy
+        self.policy_factory = policy_factory or _policy_factory(config)
         self.weight_sync = weight_sync
+        self.dist = DistContext()
         self.out_dir = Path(config.out_dir)
         self._warned: set[str] = set()
         self.last_checkpoint: Path | None = None
+        self.env_pool: EnvWorkerPool | None = None
 
     # ----- setup ----------------------------------------------------------------------------
 
@@ -114,14 +151,17 @@ class RLTrainer:
         if not cfg.model and checkpoint is None:
             raise ValueError("no model: set model=<directory or hub id> (usually the SFT model)")
         source = str(checkpoint / "model") if checkpoint else cfg.model
-        self.device = pick_device(cfg.device)
+        self.dist = init_distributed(cfg.device)
+        self.device = self.dist.device
         seed_everything(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(source)
-        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(
-            self.device
-        )
+        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if self.dist.is_distributed:
+            shard_model(self.model, self.dist, cfg.fsdp, cfg.precision)
+        else:
+            self.model.to(self.device)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
@@ -140,18 +180,26 @@ class RLTrainer:
             self.optimizer, steps, cfg.optim.warmup_ratio, cfg.optim.schedule
         )
         self.state = (
-            load_checkpoint(checkpoint, self.optimizer, self.scheduler)
+            load_checkpoint(
+                checkpoint, self.optimizer, self.scheduler, model=self.model, ctx=self.dist
+            )
             if checkpoint
             else TrainState()
         )
         self.last_checkpoint = checkpoint
         self.stream = StartStream(self._starts(), cfg.seed, self.state.extra.get("position", 0))
         self.policy = self.policy_factory(self.model, self.tokenizer, cfg)
-        self.logger = MetricsLogger(
-            self.out_dir,
-            tensorboard=cfg.tensorboard,
-            wandb_project=cfg.wandb_project,
-            config=config_to_dict(cfg),
+        if self.weight_sync is None:  # an engine with its own copy of the weights
+            self.weight_sync = getattr(self.policy, "sync_weights", None)
+        self.logger = (
+            MetricsLogger(
+                self.out_dir,
+                tensorboard=cfg.tensorboard,
+                wandb_project=cfg.wandb_project,
+                config=config_to_dict(cfg),
+            )
+            if self.dist.is_main
+            else _NoLogger()
         )
         self.logger.truncate_after(self.state.step)
         self.update_settings = UpdateSettings(
@@ -165,12 +213,24 @@ class RLTrainer:
             precision=cfg.precision,
             seed=cfg.seed,
         )
+        # one environment pool for the whole run (closed by close(), which train() calls)
+        self.env_pool = make_rollout_pool(cfg.data.env_id, self.rollout_config(self.state.step, 0))
+
+    def close(self) -> None:
+        """Close the run's environment pool (after stepping with :meth:`iteration`)."""
+        if self.env_pool is not None:
+            self.env_pool.close()
+            self.env_pool = None
+        policy = getattr(self, "policy", None)
+        if callable(getattr(policy, "sync_weights", None)):  # a rollout engine (vLLM): free it
+            policy.close()
 
     # ----- the separable steps ------------------------------------------------------------------
 
     def rollout_config(self, iteration: int, round_: int) -> RolloutConfig:
         r = self.config.rollout
-        seed = ((self.config.seed * 100_003 + iteration) * 16 + round_) * 10_000 % 2**62
+        base = ((self.config.seed * 100_003 + iteration) * 16 + round_) * 10_000
+        seed = (base + self.dist.rank * 1_000_003_999) % 2**62  # ranks sample apart
         sampling = SamplingParams(
             temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens, seed=seed
         )
@@ -179,11 +239,13 @@ class RLTrainer:
             history=r.history,
             sampling=sampling,
             max_active=r.max_active,
-            workers=r.workers,
+            workers=r.env_workers,
         )
 
     def rollout_step(self, iteration: int) -> tuple[list[StepRow], dict[str, float]]:
-        """Play this iteration's episodes and turn them into rows (DAPO: informative groups)."""
+        """Play this iteration's episodes and turn them into rows (DAPO: informative groups).
+        Distributed: every rank draws the same starts and plays its share; under FSDP call it
+        inside :func:`train.distributed.gathered` (as :meth:`iteration` does)."""
         cfg = self.config
         self.model.eval()
         stats = RolloutStats()
@@ -192,9 +254,10 @@ class RLTrainer:
         kept_groups: list[str] = []
         sampled_groups = 0
         rounds = cfg.dynamic_sampling.max_rounds if cfg.dynamic_sampling_enabled else 1
+        kept_total = 0  # over all ranks
         for round_ in range(rounds):
-            need = cfg.prompts_per_iteration - len(kept_groups)
-            starts = self.stream.take(need)
+            need = cfg.prompts_per_iteration - kept_total
+            starts = self.dist.shard(self.stream.take(need))
             new = collect_episodes(
                 self.policy,
                 cfg.data.env_id,
@@ -203,6 +266,7 @@ class RLTrainer:
                 self.rollout_config(iteration, round_),
                 group_prefix=f"{round_}.",
                 stats=stats,
+                env_pool=self.env_pool,
             )
             episodes.extend(new)
             new_rows, _ = build_rows(
@@ -221,7 +285,8 @@ class RLTrainer:
             else:
                 kept_groups.extend(dict.fromkeys(r.group_id for r in new_rows))
             rows.extend(new_rows)
-            if len(kept_groups) >= cfg.prompts_per_iteration:
+            kept_total = int(self.dist.sum([len(kept_groups)])[0])
+            if kept_total >= cfg.prompts_per_iteration:
                 break
         for ep in episodes:
             if ep.error is not None:
@@ -234,6 +299,7 @@ class RLTrainer:
                 "rollout/generated_tokens": float(stats.generated_tokens),
                 "time/generate_s": stats.generate_seconds,
                 "time/env_s": stats.env_seconds,
+                "rollout/env_worker_restarts": float(stats.env_worker_restarts),
             }
         )
         if cfg.dynamic_sampling_enabled:
@@ -255,8 +321,10 @@ class RLTrainer:
             pad_id=self.pad_id,
             device=self.device,
             precision=self.config.precision,
+            ctx=self.dist,
         )
-        metrics.update(apply_correction(rows, self.update_settings.correction))
+        if rows:
+            metrics.update(apply_correction(rows, self.update_settings.correction))
         return metrics
 
     def update_step(self, rows: list[StepRow], iteration: int) -> dict[str, float]:
@@ -271,12 +339,15 @@ class RLTrainer:
             pad_id=self.pad_id,
             device=self.device,
             last_checkpoint=self.last_checkpoint,
+            ctx=self.dist,
         )
 
-    def sync_weights(self, iteration: int) -> None:
-        """Push the new weights to the rollout engine (no-op for the in-process policy)."""
-        if self.weight_sync is not None:
-            self.weight_sync(self.model, iteration)
+    def sync_weights(self, iteration: int) -> dict[str, float]:
+        """Push the new weights to the rollout engine (no-op for the in-process policy);
+        returns the hook's metrics (the vLLM engine: ``rollout/vllm_logprob_gap`` and more)."""
+        if self.weight_sync is None:
+            return {}
+        return dict(self.weight_sync(self.model, iteration) or {})
 
     # ----- one iteration, the loop -----------------------------------------------------------
 
@@ -285,26 +356,32 @@ class RLTrainer:
         it = self.state.step
         times: dict[str, float] = {}
         clock = time.perf_counter()
-        rows, metrics = self.rollout_step(it)
+        generates_with_model = getattr(self.policy, "model", None) is self.model
+        with gathered(self.model) if generates_with_model else contextlib.nullcontext():
+            rows, metrics = self.rollout_step(it)
+        sleep = getattr(self.policy, "sleep", None)
+        if callable(sleep):  # a colocated engine gives its memory to the update
+            sleep()
         times["rollout"], clock = time.perf_counter() - clock, time.perf_counter()
         if rows:
             metrics.update(self.advantage_step(rows))
         times["advantage"], clock = time.perf_counter() - clock, time.perf_counter()
         rows, dropped = self._length_filter(rows)
         metrics["batch/dropped_long_rows"] = float(dropped)
-        if rows:
+        if self.dist.sum([len(rows)])[0] > 0:  # any rank's rows: all ranks run the update
             metrics.update(self.old_log_prob_step(rows))
             times["old_log_prob"], clock = time.perf_counter() - clock, time.perf_counter()
             metrics.update(self.update_step(rows, it))
             times["update"], clock = time.perf_counter() - clock, time.perf_counter()
-            self.sync_weights(it)
+            metrics.update(self.sync_weights(it))
             times["sync"] = time.perf_counter() - clock
         else:
             self._warn(f"iteration {it}: no trainable rows (every episode failed or was filtered)")
         self.state.step += 1
         self.state.extra["position"] = self.stream.position
         metrics.update(self._throughput(rows, times, metrics))
-        return metrics
+        episodes = metrics.get("rollout/episodes", 0.0)
+        return reduce_metrics(self.dist, metrics, {"": len(rows), "rollout/": episodes})
 
     def train(self, resume: bool = False, stop_at: int | None = None) -> Path:
         """Run to ``config.iterations`` (or ``stop_at`` iterations in all, with a checkpoint);
@@ -318,7 +395,7 @@ class RLTrainer:
             total=cfg.iterations,
             initial=self.state.step,
             desc=f"rl {cfg.algo}",
-            disable=not self.progress,
+            disable=not (self.progress and self.dist.is_main),
         )
         try:
             while self.state.step < end:
@@ -334,6 +411,7 @@ class RLTrainer:
         finally:
             bar.close()
             self.logger.close()
+            self.close()
         if self.last_checkpoint is None or not self.last_checkpoint.name.endswith(
             f"{self.state.step:07d}"
         ):
@@ -361,6 +439,7 @@ class RLTrainer:
             self.state,
             config_to_dict(self.config),
             self.config.keep_checkpoints,
+            ctx=self.dist,
         )
 
     def _overlong(self) -> tuple[int, int, float] | None:
@@ -401,11 +480,17 @@ class RLTrainer:
         if message in self._warned:
             return
         self._warned.add(message)
-        print(f"agentenvs train rl: {message}", file=sys.stderr)
+        where = f" [rank {self.dist.rank}]" if self.dist.is_distributed else ""
+        print(f"agentenvs train rl{where}: {message}", file=sys.stderr)
 
 
 def train_rl(
     config: RLConfig, *, resume: bool = False, progress: bool = True, stop_at: int | None = None
 ) -> Path:
-    """Run RL with ``config``; returns the last checkpoint (see :meth:`RLTrainer.train`)."""
-    return RLTrainer(config, progress=progress).train(resume=resume, stop_at=stop_at)
+    """Run RL with ``config``; returns the last checkpoint (see :meth:`RLTrainer.train`).
+    Under torchrun every process calls it (:mod:`train.distributed`)."""
+    trainer = RLTrainer(config, progress=progress)
+    try:
+        return trainer.train(resume=resume, stop_at=stop_at)
+    finally:
+        trainer.dist.close()

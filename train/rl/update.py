@@ -12,6 +12,12 @@ rollout engine's own log-probs stay on the rows for TIS/MIS). :func:`ppo_update`
 epoch) and splits them into ``mini_batches`` optimizer steps; each step accumulates gradients over
 micro-batches whose losses are divided by the whole mini-batch's token (or row) count, so the
 sum is exactly the mini-batch's token-mean loss whatever the micro-batch size.
+
+Distributed (``ctx``: a :class:`~train.distributed.DistContext` of several ranks, the model
+FSDP-sharded): each rank holds its own rows (whole groups), the denominators are the counts over
+every rank's mini-batch, the gradients add up over ranks, a rank with fewer micro-batches pads
+with zero-loss passes, and the metrics are those of the whole mini-batch on every rank. One
+rank's rows and a one-process run of all the rows give the same update (up to float sums).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 import torch
 
+from train.distributed import DistContext, full_tensor, micro_batch_rounds, pad_passes
 from train.losses import (
     PolicyLossConfig,
     RolloutCorrection,
@@ -120,9 +127,25 @@ def _logits_at(model: Any, batch: dict[str, Any], keep: torch.Tensor) -> torch.T
         "position_ids": batch["position_ids"],
         "use_cache": False,
     }
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return model(**kwargs).logits[keep]
+    if _MASK_LOGITS_TO_KEEP:
         return model(**kwargs, logits_to_keep=keep).logits
-    return model(**kwargs).logits[keep]
+    # older transformers: a 1-D tensor of columns kept for every row (the union), then the mask
+    columns = keep.any(dim=0).nonzero()[:, 0]
+    return model(**kwargs, logits_to_keep=columns).logits[keep[:, columns]]
+
+
+def _mask_logits_to_keep() -> bool:
+    """Whether this transformers takes a (B, S) boolean ``logits_to_keep`` (5.2x and later)."""
+    try:
+        from transformers import modeling_utils
+    except ImportError:
+        return False
+    return hasattr(modeling_utils, "slice_logits_to_keep")
+
+
+_MASK_LOGITS_TO_KEEP = _mask_logits_to_keep()
 
 
 def recompute_old_log_probs(
@@ -133,13 +156,18 @@ def recompute_old_log_probs(
     pad_id: int,
     device: torch.device,
     precision: str,
+    ctx: DistContext | None = None,
 ) -> dict[str, float]:
-    """Set ``row.old_log_probs`` with the current model; returns entropy and engine-gap metrics."""
+    """Set ``row.old_log_probs`` with the current model; returns entropy and engine-gap metrics
+    (over every rank's rows when ``ctx`` is distributed)."""
+    ctx = ctx or DistContext()
     model.eval()
     ent_sum = gap_sum = 0.0
     tokens = 0
+    chunks = _micro_batches(list(range(len(rows))), rows, micro_batch_size)
+    extra = micro_batch_rounds(ctx, len(chunks)) - len(chunks)  # before any FSDP collective
     with torch.no_grad():
-        for chunk in _micro_batches(list(range(len(rows))), rows, micro_batch_size):
+        for chunk in chunks:
             micro = [rows[i] for i in chunk]
             batch = collate(micro, pad_id, device)
             batch["prefix"] = None  # prefix old log-probs come from the sidecar (SFT model)
@@ -151,6 +179,8 @@ def recompute_old_log_probs(
             ent_sum += float((ent * mask).sum())
             gap_sum += float(((reply - batch["rollout_log_probs"]).abs() * mask).sum())
             tokens += int(mask.sum())
+        pad_passes(model, extra, pad_id=pad_id, device=device, precision=precision, backward=False)
+    ent_sum, gap_sum, tokens = ctx.sum([ent_sum, gap_sum, tokens])
     return {
         "actor/entropy": ent_sum / max(tokens, 1),
         "rollout/trainer_logprob_gap": gap_sum / max(tokens, 1),
@@ -192,8 +222,10 @@ def ppo_update(
     pad_id: int,
     device: torch.device,
     last_checkpoint: Path | None,
+    ctx: DistContext | None = None,
 ) -> dict[str, float]:
     """PPO epochs over ``rows`` (module docstring); metrics averaged over optimizer steps."""
+    ctx = ctx or DistContext()
     model.train()
     lift = None
     if settings.prefix is not None and settings.prefix.advantage_mode == "family_lift":
@@ -205,10 +237,10 @@ def ppo_update(
         )
         order = torch.randperm(len(rows), generator=generator).tolist()
         for part in _split(order, settings.mini_batches):
-            if not part:
+            if not ctx.sum([len(part)])[0]:
                 continue
             metrics = _optimizer_step(
-                model, optimizer, scheduler, rows, part, settings, lift, pad_id, device
+                model, optimizer, scheduler, rows, part, settings, lift, pad_id, device, ctx
             )
             check_finite(metrics["actor/total_loss"], "the policy loss", iteration, last_checkpoint)
             check_finite(
@@ -224,12 +256,14 @@ def ppo_update(
     return out
 
 
-def _optimizer_step(model, optimizer, scheduler, rows, part, settings, lift, pad_id, device):
+def _optimizer_step(model, optimizer, scheduler, rows, part, settings, lift, pad_id, device, ctx):
     """Accumulate the gradient of one mini-batch; returns its metrics (no optimizer step)."""
     optimizer.zero_grad(set_to_none=True)
-    denominators = _denominators([rows[i] for i in part], settings)
+    denominators = _denominators([rows[i] for i in part], settings, ctx)
     acc = _Accumulator()
-    for chunk in _micro_batches(part, rows, settings.micro_batch_size):
+    chunks = _micro_batches(part, rows, settings.micro_batch_size)
+    extra = micro_batch_rounds(ctx, len(chunks)) - len(chunks)  # before any FSDP collective
+    for chunk in chunks:
         micro = [rows[i] for i in chunk]
         batch = collate(micro, pad_id, device)
         with autocast_context(device, settings.precision):
@@ -275,18 +309,24 @@ def _optimizer_step(model, optimizer, scheduler, rows, part, settings, lift, pad
             cont=float(batch["response_mask"].sum()),
             pre=float(batch["prefix"].mask.sum()) if batch["prefix"] is not None else 0.0,
         )
+    pad_passes(
+        model, extra, pad_id=pad_id, device=device, precision=settings.precision, backward=True
+    )
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+    if ctx.is_distributed:
+        acc = _Accumulator.combined(ctx.gather_objects(acc))
     out = acc.result()
-    out["actor/grad_norm"] = float(grad_norm)
+    out["actor/grad_norm"] = float(full_tensor(grad_norm))
     return out
 
 
 def _denominators(
-    rows: Sequence[StepRow], settings: UpdateSettings
+    rows: Sequence[StepRow], settings: UpdateSettings, ctx: DistContext
 ) -> tuple[float, float | None, float]:
-    """(continuation, prefix, joint) counts of a mini-batch for ``agg_loss``."""
+    """(continuation, prefix, joint) counts of a mini-batch for ``agg_loss`` (over every rank's
+    part of it)."""
     mode = settings.policy.agg_mode
-    width = max(len(r.response_ids) for r in rows)
+    width = max((len(r.response_ids) for r in rows), default=1)
     cont = torch.zeros(len(rows), width)
     for i, r in enumerate(rows):
         cont[i, : len(r.response_ids)] = r.correction[1] if r.correction is not None else 1.0
@@ -297,9 +337,14 @@ def _denominators(
             pre[i, : len(r.prefix["prefix_mask"])] = torch.tensor(
                 r.prefix["prefix_mask"], dtype=torch.float32
             )
-    cont_d = max(agg_denominator(cont, mode), 1.0)
-    pre_d = max(agg_denominator(pre, mode), 1.0)
-    joint_d = max(agg_denominator(torch.cat([pre, cont], dim=1), mode), 1.0)
+    counts = ctx.sum(
+        [
+            agg_denominator(cont, mode),
+            agg_denominator(pre, mode),
+            agg_denominator(torch.cat([pre, cont], dim=1), mode),
+        ]
+    )
+    cont_d, pre_d, joint_d = (max(c, 1.0) for c in counts)
     if settings.prefix is not None and settings.prefix.objective == "joint":
         return joint_d, None, joint_d
     return cont_d, pre_d, joint_d
@@ -367,6 +412,21 @@ class _Accumulator:
     def result(self) -> dict[str, float]:
         out = {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
         out.update(self.extreme)
+        return out
+
+    @classmethod
+    def combined(cls, parts: Sequence[_Accumulator]) -> _Accumulator:
+        """One accumulator over several ranks' (in rank order): the partial losses (whose
+        denominators were global) add up, the weighted sums and weights add up."""
+        out = cls()
+        for part in parts:
+            for key, value in part.sums.items():
+                out.sums[key] += value
+                fixed = key.endswith(_SUMMED) or key == "prefix/token_count"
+                out.weights[key] = 1.0 if fixed else out.weights[key] + part.weights[key]
+            for key, value in part.extreme.items():
+                pick = min if key.endswith("_min") else max
+                out.extreme[key] = pick(out.extreme.get(key, value), value)
         return out
 
 
