@@ -129,7 +129,11 @@ def rollout_in_subprocess(
     payload = json.dumps([env_id, task_id, list(actions)])
     proc = subprocess.run(
         [sys.executable, "-c", _ROLLOUT_SCRIPT, payload],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"subprocess rollout failed:\n{proc.stderr[-4000:]}")
@@ -137,9 +141,44 @@ def rollout_in_subprocess(
 
 
 _PIECES = (
-    "", " ", "\n", "\t", "[[", "]]", "[", "]", "(", ")", ",", ":", "0", "1", "-1", "99999999999",
-    "craft", "get", "using", "go", "to", "take", "put", "click", "search", "up", "left",
-    "inventory", "look", "Action:", "é", "√", "\x00", "日本", "🙂", "None", "{}", "\\",
+    "",
+    " ",
+    "\n",
+    "\t",
+    "[[",
+    "]]",
+    "[",
+    "]",
+    "(",
+    ")",
+    ",",
+    ":",
+    "0",
+    "1",
+    "-1",
+    "99999999999",
+    "craft",
+    "get",
+    "using",
+    "go",
+    "to",
+    "take",
+    "put",
+    "click",
+    "search",
+    "up",
+    "left",
+    "inventory",
+    "look",
+    "Action:",
+    "é",
+    "√",
+    "\x00",
+    "日本",
+    "🙂",
+    "None",
+    "{}",
+    "\\",
 )
 
 

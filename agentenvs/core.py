@@ -341,12 +341,15 @@ class TextEnv(gym.Env[str, str]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """Start a task: ``options["task_id"]`` if given, else a training task drawn from ``seed``."""
+        """Start a task: ``options["task_id"]`` if given, else a training task drawn from
+        ``seed``."""
         super().reset(seed=seed)
         options = dict(options or {})
         task_id = options.pop("task_id", None)
         if options:
-            raise ValueError(f"unknown reset options {sorted(options)}; the only option is 'task_id'")
+            raise ValueError(
+                f"unknown reset options {sorted(options)}; the only option is 'task_id'"
+            )
         if task_id is None:
             task_id = self._draw_train_task()
         elif not isinstance(task_id, str):

@@ -77,8 +77,10 @@ class PlaySession:
         self.show(obs, info)
         if terminated or truncated:
             outcome = "won" if info["won"] else ("out of turns" if truncated else "ended")
-            self.say(f"== episode over: {outcome}, total reward {self.total_reward:g}. "
-                     ":reset to play again, :quit to leave ==")
+            self.say(
+                f"== episode over: {outcome}, total reward {self.total_reward:g}. "
+                ":reset to play again, :quit to leave =="
+            )
 
     def command(self, line: str) -> bool:
         """Run a ``:`` command; returns False to quit."""
@@ -132,14 +134,18 @@ class PlaySession:
 
 def play_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="agentenvs play", description=__doc__.split("\n\n")[0],
-        epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="agentenvs play",
+        description=__doc__.split("\n\n")[0],
+        epilog=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("env_id", help=f"one of {list(ENVIRONMENTS)}")
     parser.add_argument("--task", help="task id (default: a training task drawn from --seed)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--max-turns", type=int, default=None)
-    parser.add_argument("--hint", action="store_true", help="show the expert's suggestion each turn")
+    parser.add_argument(
+        "--hint", action="store_true", help="show the expert's suggestion each turn"
+    )
     args = parser.parse_args(argv)
     if args.env_id not in ENVIRONMENTS:
         parser.error(f"unknown environment {args.env_id!r}; choose from {list(ENVIRONMENTS)}")

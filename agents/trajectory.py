@@ -60,7 +60,9 @@ class StepRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        missing = [k for k in ("anchor", "action", "observation", "reward", "valid") if k not in data]
+        missing = [
+            k for k in ("anchor", "action", "observation", "reward", "valid") if k not in data
+        ]
         if missing:
             raise TrajectoryFormatError(f"step record lacks {missing}")
         return cls(**known)

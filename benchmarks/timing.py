@@ -18,8 +18,9 @@ __all__ = ["SpeedRow", "format_table", "per_call", "median_time"]
 class SpeedRow:
     """One line of a speed table.
 
-    ``seconds`` is the measured time of one call of ``operation``; ``baseline`` / ``baseline_seconds``
-    name and time what it is compared with in the same run (empty where there is none);
+    ``seconds`` is the measured time of one call of ``operation``; ``baseline`` /
+    ``baseline_seconds`` name and time what it is compared with in the same run (empty where
+    there is none);
     ``target`` says the goal in words (e.g. ``"<= 50 us"`` or ``">= 10x faster"``) and ``met``
     whether this run met it (None where there is no target).
     """

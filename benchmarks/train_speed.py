@@ -141,6 +141,14 @@ def _synthetic_rows(rows: int, prompt: int, response: int, vocab: int, seed: int
     return out
 
 
+def _sync(device: Any) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
 def update_speed(
     shape: ModelShape,
     *,
@@ -177,12 +185,8 @@ def update_speed(
         PolicyLossConfig(), None, None, 1, 1, micro_batch_size, 1.0, precision, seed
     )
 
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     def run() -> tuple[float, float]:
-        sync()
+        _sync(dev)
         t0 = time.perf_counter()
         recompute_old_log_probs(
             model,
@@ -193,7 +197,7 @@ def update_speed(
             precision=precision,
         )
         apply_correction(data, None)
-        sync()
+        _sync(dev)
         t1 = time.perf_counter()
         ppo_update(
             model,
@@ -206,7 +210,7 @@ def update_speed(
             device=dev,
             last_checkpoint=None,
         )
-        sync()
+        _sync(dev)
         return t1 - t0, time.perf_counter() - t1
 
     if dev.type == "cuda":
@@ -275,12 +279,8 @@ def generate_speed(
     generator = torch.Generator().manual_seed(seed)
     prompts = torch.randint(10, shape.vocab_size, (rows, prompt), generator=generator).to(dev)
 
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     def generate(count: int) -> torch.Tensor:
-        sync()
+        _sync(dev)
         with torch.inference_mode(), autocast_context(dev, precision):
             out = model.generate(
                 input_ids=prompts,
@@ -293,7 +293,7 @@ def generate_speed(
                 top_k=0,
                 pad_token_id=0,
             )
-        sync()
+        _sync(dev)
         return out
 
     if dev.type == "cuda":
@@ -307,7 +307,7 @@ def generate_speed(
         row.prompt_ids, row.response_ids = ids[:prompt], ids[prompt:]
 
     def forward() -> float:
-        sync()
+        _sync(dev)
         start = time.perf_counter()
         recompute_old_log_probs(
             model,
@@ -317,7 +317,7 @@ def generate_speed(
             device=dev,
             precision=precision,
         )
-        sync()
+        _sync(dev)
         return time.perf_counter() - start
 
     forward()  # warm-up

@@ -63,8 +63,9 @@ def measure(gold_path: Path) -> ParityReport:
         for hit, score in zip(got, q.get("scores", []), strict=False):
             hits += 1
             equal += round(hit.score, 4) == score
-    return ParityReport(len(queries), top10, top50, hits, equal, elapsed / len(queries),
-                        tuple(mismatches))
+    return ParityReport(
+        len(queries), top10, top50, hits, equal, elapsed / len(queries), tuple(mismatches)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

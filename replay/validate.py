@@ -250,12 +250,18 @@ class TrajectoryReplayer:
         same = match_text(query.cut_observation, replayed)
         if same.status is MatchStatus.MATCH:
             return ValidationResult(
-                ValidationStatus.VALIDATED, "raw query: the reset observation is the recorded one",
-                same, None, replayed,
+                ValidationStatus.VALIDATED,
+                "raw query: the reset observation is the recorded one",
+                same,
+                None,
+                replayed,
             )
         return ValidationResult(
-            ValidationStatus.MISMATCH, "raw query: the reset observation differs from the recorded one",
-            same, None, replayed,
+            ValidationStatus.MISMATCH,
+            "raw query: the reset observation differs from the recorded one",
+            same,
+            None,
+            replayed,
         )
 
     # ----- moving the environment -------------------------------------------------------

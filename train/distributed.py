@@ -142,9 +142,14 @@ class DistContext:
         if self.is_distributed:
             torch.distributed.barrier(group=self.group)
 
-    def close(self) -> None:
-        """Leave the process group if :func:`init_distributed` created it."""
+    def close(self, wait: bool = True) -> None:
+        """Leave the process group if :func:`init_distributed` created it. ``wait``: first
+        wait for every rank to get here (a rank that tears its gloo connections down while
+        another still sends on them can abort the process); pass False on an error path, where
+        another rank may never come."""
         if self.owns_process_group and torch.distributed.is_initialized():
+            if wait:
+                self.barrier()
             torch.distributed.destroy_process_group()
             self.owns_process_group = False
 

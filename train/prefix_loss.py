@@ -502,9 +502,7 @@ def _joint_loss(
     )
     with torch.no_grad():  # agg_loss is linear in the loss matrix for a fixed mask
         pre_only = torch.cat([pre_terms.loss_mat, torch.zeros_like(cont_mat)], dim=1)
-        pre_part = float(
-            agg_loss(pre_only, joint_mask, policy.agg_mode, denominator=denominator)
-        )
+        pre_part = float(agg_loss(pre_only, joint_mask, policy.agg_mode, denominator=denominator))
     metrics = surrogate_metrics(cont_terms, cont_mask, "actor")
     metrics.update(surrogate_metrics(pre_terms, pre_mask, "prefix"))
     metrics["actor/pg_loss"] = float(loss.detach()) - pre_part

@@ -199,10 +199,13 @@ def train_sft(
     schedule, the data order and the checkpoints are the same as in one process.
     """
     ctx = init_distributed(config.device)
+    finished = False
     try:
-        return _run_sft(config, ctx, resume=resume, progress=progress, stop_at=stop_at)
+        final = _run_sft(config, ctx, resume=resume, progress=progress, stop_at=stop_at)
+        finished = True
+        return final
     finally:
-        ctx.close()
+        ctx.close(wait=finished)
 
 
 def _run_sft(

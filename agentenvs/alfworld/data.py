@@ -208,8 +208,10 @@ def build_index(json_root: str | os.PathLike[str]) -> dict[str, list[str]]:
     root = Path(json_root)
     index = {}
     for split in GAME_SPLITS:
-        games = sorted(p.parent.relative_to(root / split).as_posix()
-                       for p in (root / split).glob(f"*/*/{GAME_FILE}"))
+        games = sorted(
+            p.parent.relative_to(root / split).as_posix()
+            for p in (root / split).glob(f"*/*/{GAME_FILE}")
+        )
         if not games:
             raise ALFWorldDataError(f"no games under {root / split}")
         index[split] = games

@@ -119,18 +119,23 @@ class _ProcessCache:
     def game_logic_factory(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def game_logic(domain: str, grammar: str) -> Any:
             return self._get(
-                self._logic, (domain, grammar),
-                lambda: original(domain=domain, grammar=grammar), self.maxsize,
+                self._logic,
+                (domain, grammar),
+                lambda: original(domain=domain, grammar=grammar),
+                self.maxsize,
             )
+
         return game_logic
 
     def pddl2sas_factory(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
             return self._get(
-                self._sas, (domain, problem, bool(optimize)),
+                self._sas,
+                (domain, problem, bool(optimize)),
                 lambda: original(domain, problem, verbose=verbose, optimize=optimize),
                 2 * self.maxsize,
             )
+
         return pddl2sas
 
 
@@ -174,9 +179,7 @@ class Engine:
 
     def __init__(self) -> None:
         self._m = _modules()
-        infos = self._m.textworld.EnvInfos(
-            won=True, admissible_commands=True, extras=["gamefile"]
-        )
+        infos = self._m.textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         with _engine_call(self._m):
             self._pddl = self._m.PddlEnv(infos)
         self._env = self._m.AlfredInfos(self._m.AlfredDemangler(self._pddl, shuffle=False))

@@ -119,8 +119,11 @@ class ALFWorldEnv(TextEnv):
         if split == "agentgym_train":
             train = set(data.games_index()["train"])
             games = data.agentgym_games()
-            return [f"agentgym/{i}" for i in sorted(games)
-                    if games[i].split == "train" and games[i].key in train]
+            return [
+                f"agentgym/{i}"
+                for i in sorted(games)
+                if games[i].split == "train" and games[i].key in train
+            ]
         if split in ("train", "valid_seen", "valid_unseen"):
             return [f"alfworld/{split}/{key}" for key in data.games_index()[split]]
         raise self._unknown_split(split)
@@ -191,7 +194,7 @@ class ALFWorldEnv(TextEnv):
         actions = list(state)
         ready = self._engine is not None and self._engine.ready
         if ready and self._task_id == task_id and actions[: len(self._actions)] == self._actions:
-            todo = actions[len(self._actions):]  # fast path: the snapshot extends our state
+            todo = actions[len(self._actions) :]  # fast path: the snapshot extends our state
         else:
             self._start_task(task_id)
             todo = actions

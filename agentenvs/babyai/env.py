@@ -222,8 +222,9 @@ class BabyAITextEnv(TextEnv):
             won = completed = done.terminated and done.reward != 0.0
             terminated = done.terminated
         text_out = self._view.description + (TASK_COMPLETED if completed else "")
-        observation = self._known(f"{text_out}\n{self._actions_line()}",
-                                  self._view.fields(completed=completed))
+        observation = self._known(
+            f"{text_out}\n{self._actions_line()}", self._view.fields(completed=completed)
+        )
         return Outcome(
             observation,
             reward=done.reward,

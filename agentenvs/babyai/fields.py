@@ -18,8 +18,10 @@ _FACING = re.compile(r"You are facing a (wall|box) (\d+) steps away\.")
 _CARRYING = re.compile(r"You are carrying a ([a-z]+ [a-z]+)\.")
 _ACTIONS_PREFIX = "Available actions: ["
 _GOAL_PREFIX = "Your goal: "
-_VIEW_STARTS = ("In front of you in this room, you can see several objects:",
-                "You cannot see any objects within sight.")
+_VIEW_STARTS = (
+    "In front of you in this room, you can see several objects:",
+    "You cannot see any objects within sight.",
+)
 _VIEW_MARK = "The room has walls around you."
 _COMPLETED = "The task is completed."
 
@@ -40,7 +42,7 @@ def parse_fields(observation: str) -> dict[str, Any]:
     if at < 0:
         return {}
     try:
-        actions = json.loads(text[at + len(_ACTIONS_PREFIX) - 1:])
+        actions = json.loads(text[at + len(_ACTIONS_PREFIX) - 1 :])
     except ValueError:
         return {}
     if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
@@ -50,7 +52,7 @@ def parse_fields(observation: str) -> dict[str, Any]:
     if body.startswith(_GOAL_PREFIX):
         starts = [i for i in (body.find(s) for s in _VIEW_STARTS) if i >= 0]
         end = min(starts) if starts else len(body)
-        goal, body = body[len(_GOAL_PREFIX):end].strip(), body[end:]
+        goal, body = body[len(_GOAL_PREFIX) : end].strip(), body[end:]
     completed = body.endswith(_COMPLETED)
     if completed:
         body = body[: -len(_COMPLETED)].strip()

@@ -57,8 +57,15 @@ VIEW_SIZE = 7
 
 # minigrid's encoding indices (minigrid.core.constants)
 _WALL, _DOOR, _KEY, _BALL, _BOX, _GOAL, _LAVA = 2, 4, 5, 6, 7, 8, 9
-_TYPE_NAMES = {_WALL: "wall", _DOOR: "door", _KEY: "key", _BALL: "ball", _BOX: "box",
-               _GOAL: "goal", _LAVA: "lava"}
+_TYPE_NAMES = {
+    _WALL: "wall",
+    _DOOR: "door",
+    _KEY: "key",
+    _BALL: "ball",
+    _BOX: "box",
+    _GOAL: "goal",
+    _LAVA: "lava",
+}
 _BLOCKING = frozenset({_WALL, _BOX, _BALL, _KEY, _LAVA})
 _COLOR_NAMES = ("red", "green", "blue", "purple", "yellow", "grey")
 _DOOR_STATES = ("open", "closed", "locked")
@@ -78,8 +85,9 @@ def _scan_order(direction: int) -> tuple[tuple[int, int, int, int, int, int], ..
     for vis_j in range(VIEW_SIZE):
         for vis_i in range(VIEW_SIZE):
             front, right = VIEW_SIZE - 1 - vis_j, vis_i - VIEW_SIZE // 2
-            cells.append((vis_i, vis_j, fx * front + rx * right, fy * front + ry * right,
-                          front, right))
+            cells.append(
+                (vis_i, vis_j, fx * front + rx * right, fy * front + ry * right, front, right)
+            )
     return tuple(cells)
 
 
@@ -95,8 +103,10 @@ def _view_ranges(pos: tuple[int, int], direction: int) -> tuple[range, range]:
     """
     fx, fy = _DIR_VECS[direction]
     rx, ry = _DIR_VECS[(direction + 1) % 4]
-    top = (pos[0] + fx * (VIEW_SIZE - 1) - rx * (VIEW_SIZE // 2),
-           pos[1] + fy * (VIEW_SIZE - 1) - ry * (VIEW_SIZE // 2))
+    top = (
+        pos[0] + fx * (VIEW_SIZE - 1) - rx * (VIEW_SIZE // 2),
+        pos[1] + fy * (VIEW_SIZE - 1) - ry * (VIEW_SIZE // 2),
+    )
     border = (top[0] + VIEW_SIZE * (rx - fx), top[1] + VIEW_SIZE * (ry - fy))
     xr = range(border[0], top[0] + 1) if border[0] < top[0] else range(top[0], border[0])
     yr = range(border[1], top[1] + 1) if border[1] < top[1] else range(top[1], border[1])
@@ -205,8 +215,9 @@ class View:
             return list(spec)
         path = self._paths.get(action)
         if path is None:
-            path = find_path(self.pos, self.direction, spec.cell, self.blocked, self.xr, self.yr,
-                             spec.arrive)
+            path = find_path(
+                self.pos, self.direction, spec.cell, self.blocked, self.xr, self.yr, spec.arrive
+            )
             assert path is not None, "an available action always has a path"
             path = self._paths[action] = path + list(spec.suffix)
         return list(path)
@@ -290,13 +301,15 @@ def read_view(env: Any, image: np.ndarray, *, parity: bool = False) -> View:
     xr, yr = _view_ranges((px, py), direction)
     frozen = frozenset(blocked)
     reach = _Reach((px, py), frozen, xr, yr) if any_object else None
-    actions, errors = _action_list(seen, reach, barrier, carrying, (px, py), direction, frozen,
-                                   parity)
+    actions, errors = _action_list(
+        seen, reach, barrier, carrying, (px, py), direction, frozen, parity
+    )
     objects = [(s.name, s.cell, s.front, s.right) for s in seen]
     facing = (barrier[1], barrier[0]) if barrier is not None else None
     held = f"{carrying.color} {carrying.type}" if carrying is not None else None
-    return View(description, actions, errors, (px, py), direction, frozen, xr, yr, objects,
-                facing, held)
+    return View(
+        description, actions, errors, (px, py), direction, frozen, xr, yr, objects, facing, held
+    )
 
 
 def _describe(
@@ -359,8 +372,9 @@ class _Reach:
                 free &= ~self._bit(cell)
             reached = self._bit(start)
             while True:
-                grown = (reached | reached << 1 | reached >> 1 | reached << stride
-                         | reached >> stride) & free
+                grown = (
+                    reached | reached << 1 | reached >> 1 | reached << stride | reached >> stride
+                ) & free
                 grown |= reached  # the agent's own cell counts even when it holds an object
                 if grown == reached:
                     break
@@ -374,8 +388,15 @@ class _Reach:
     def face(self, cell: tuple[int, int]) -> bool:
         x, y = cell
         reached = self._reached()
-        return bool(reached & (self._bit((x + 1, y)) | self._bit((x - 1, y))
-                               | self._bit((x, y + 1)) | self._bit((x, y - 1))))
+        return bool(
+            reached
+            & (
+                self._bit((x + 1, y))
+                | self._bit((x - 1, y))
+                | self._bit((x, y + 1))
+                | self._bit((x, y - 1))
+            )
+        )
 
 
 def _action_list(
@@ -397,8 +418,15 @@ def _action_list(
     vx, vy = _DIR_VECS[direction]
     front_cell = (pos[0] + vx, pos[1] + vy)
     if carrying is None and reach is not None:
-        _numbered(actions, errors, reach, "pickup", "You cannot pickup",
-                  [s for s in seen if s.kind not in (_DOOR, _GOAL)], (PICKUP,))
+        _numbered(
+            actions,
+            errors,
+            reach,
+            "pickup",
+            "You cannot pickup",
+            [s for s in seen if s.kind not in (_DOOR, _GOAL)],
+            (PICKUP,),
+        )
     if carrying is not None:
         if front_cell in blocked:
             errors["drop"] = DROP_BLOCKED
@@ -414,8 +442,15 @@ def _action_list(
                     actions["go to goal"] = Target(s.cell, True)
                 else:
                     errors["go to goal"] = f"You cannot go to the goal, {NO_PATH}"
-        _numbered(actions, errors, reach, "go to", "You cannot go to",
-                  [s for s in seen if s.kind != _GOAL], ())
+        _numbered(
+            actions,
+            errors,
+            reach,
+            "go to",
+            "You cannot go to",
+            [s for s in seen if s.kind != _GOAL],
+            (),
+        )
     actions[CHECK_ACTION] = ()
     return actions, errors
 
@@ -460,15 +495,18 @@ def _door_actions(
                 actions[f"go through {s.name} {k}"] = Target(s.cell, True)
             else:
                 errors[f"go through {s.name} {k}"] = (
-                    f"You cannot go through {s.name} {k}, {NO_PATH}")
+                    f"You cannot go through {s.name} {k}, {NO_PATH}"
+                )
             continue
         if s.state == 2:  # locked
             if carrying is None or carrying.type != "key":
                 errors[through] = f"You cannot {through}, as you are not carrying a key."
                 continue
             if carrying.color != s.color:
-                errors[through] = (f"You cannot {through}, as the color of the key you are "
-                                   "carrying does not match the color of door.")
+                errors[through] = (
+                    f"You cannot {through}, as the color of the key you are "
+                    "carrying does not match the color of door."
+                )
                 continue
         if reach.face(s.cell):
             actions[through] = Target(s.cell, False, (TOGGLE, FORWARD))

@@ -81,9 +81,7 @@ class Recipe:
     @property
     def recipe_str(self) -> str:
         """The crafting command as shown at reset: ``craft 4 stick using 2 planks``."""
-        inputs = ", ".join(
-            f"{i.count} {item_id_to_str(i.item_tag.name)}" for i in self.input_items
-        )
+        inputs = ", ".join(f"{i.count} {item_id_to_str(i.item_tag.name)}" for i in self.input_items)
         out = self.output_item
         return f"craft {out.count} {item_id_to_str(out.item_tag.name)} using {inputs}"
 
@@ -264,7 +262,9 @@ class CraftingTree:
         if name not in self._min_depth:
             recipes = self.recipes_for(name)
             self._min_depth[name] = (
-                min(max(self.min_depth(i.item_tag.name) + 1 for i in r.input_items) for r in recipes)
+                min(
+                    max(self.min_depth(i.item_tag.name) + 1 for i in r.input_items) for r in recipes
+                )
                 if recipes
                 else 0
             )
@@ -298,7 +298,8 @@ class CraftingTree:
         return out
 
     def item_uses(self) -> dict[str, list[Recipe]]:
-        """Input name -> the recipes that use it (tagged recipes appear twice, as in the original)."""
+        """Input name -> the recipes that use it (tagged recipes appear twice, as in the
+        original)."""
         uses: dict[str, list[Recipe]] = {}
         for index in (self.itemid_recipes, self.tag_recipes):
             for recipes in index.values():

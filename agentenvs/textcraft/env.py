@@ -45,9 +45,7 @@ MAX_DISTRACTORS = 10
 USES_PER_INPUT = 10
 
 # Prefix-GRPO's TextCraft evaluation: 100 AgentGym ids in four depth bands.
-TEST_IDS: tuple[int, ...] = (
-    *range(0, 31), *range(140, 181), *range(420, 445), *range(533, 536)
-)
+TEST_IDS: tuple[int, ...] = (*range(0, 31), *range(140, 181), *range(420, 445), *range(533, 536))
 
 # The original's action regexes, tried with re.match in this order.
 CRAFT_RE = re.compile(r"craft (.*) using (.*)")
@@ -179,9 +177,7 @@ def parse_fields(observation: str) -> dict[str, Any]:
             fields["commands"] = [line for line in lines[1:-2] if line]
     for line in lines:
         if "inventory" not in fields and line.startswith("Inventory:"):
-            fields["inventory"] = {
-                name: int(n) for name, n in _INVENTORY_ITEM_RE.findall(line)
-            }
+            fields["inventory"] = {name: int(n) for name, n in _INVENTORY_ITEM_RE.findall(line)}
         elif "got" not in fields and line.startswith("Got "):
             m = _GOT_RE.match(line)
             if m:
@@ -225,8 +221,9 @@ class TextCraftEnv(TextEnv):
 
     ## Observation Space
     A string. Reset: ``Crafting commands:\\n<one per line>\\n\\nGoal: craft <goal>.``. Steps:
-    ``Got <n> <item as typed>``, ``Crafted <n> minecraft:<item_id>``, ``Inventory: [<item>] (<n>) ...``
-    (trailing space) or ``Inventory: You are not carrying anything.``, or an error:
+    ``Got <n> <item as typed>``, ``Crafted <n> minecraft:<item_id>``,
+    ``Inventory: [<item>] (<n>) ...`` (trailing space) or
+    ``Inventory: You are not carrying anything.``, or an error:
     ``Could not find <item>``, ``Could not find enough items to craft minecraft:<id>``,
     ``Could not find a valid recipe for <stack>``, ``Could not execute <action>``,
     ``Wrong item format: <text>``.
@@ -377,7 +374,10 @@ class TextCraftEnv(TextEnv):
         self.inventory[item_id] = self.inventory.get(item_id, 0) + crafted.count
         won = item_id == self._task.goal  # type: ignore[union-attr]
         return Outcome(
-            f"Crafted {crafted.count} {item_id}", reward=1.0 if won else 0.0, won=won, terminated=won
+            f"Crafted {crafted.count} {item_id}",
+            reward=1.0 if won else 0.0,
+            won=won,
+            terminated=won,
         )
 
     def _get(self, count: int, text: str) -> Outcome:

@@ -137,6 +137,8 @@ _CHAIN = (
     f"|{_AH}(?:(?:(?:{_ENL})*|{_MIDL}){_AH})*)+)"
 )
 _WORD = f"(?:{_ENL})*{_CHAIN}(?:(?:{_ENL})+{_CHAIN})*(?:{_ENL})*"
+
+
 def _grammar(emoji_ext: str) -> str:
     """The token grammar; ``emoji_ext`` is WB4's extension run after an emoji character."""
     emoji_char = f"[PB]{emoji_ext}"

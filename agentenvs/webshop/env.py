@@ -110,9 +110,9 @@ class WebShopEnv(TextEnv):
     ``reward_info`` (dict: the score's parts, after buying).
 
     ## Arguments
-    ``observation_mode``: ``"text"`` or ``"html"``. ``option_matching``: ``"fixed"`` (default: options
-    compared by their normalised values) or ``"webshop"`` (parity: WebShop's option check with
-    its bug, under which 20 of the 500 test goals cannot score 1; use it to compare with
+    ``observation_mode``: ``"text"`` or ``"html"``. ``option_matching``: ``"fixed"`` (default:
+    options compared by their normalised values) or ``"webshop"`` (parity: WebShop's option check
+    with its bug, under which 20 of the 500 test goals cannot score 1; use it to compare with
     published numbers). ``show_attrs``: show the
     ``Attributes`` button (WebShop's ``show_attrs``, off in verl-agent). ``max_turns``.
 
@@ -332,8 +332,9 @@ class WebShopEnv(TextEnv):
             self.option_matching,
         )
         s.kind, s.score, s.reward_info = "done", breakdown.reward, breakdown.as_dict()
-        return Outcome(self._render(), reward=breakdown.reward, won=breakdown.reward == 1.0,
-                       terminated=True)
+        return Outcome(
+            self._render(), reward=breakdown.reward, won=breakdown.reward == 1.0, terminated=True
+        )
 
     # ----- pages ------------------------------------------------------------------------------
 
@@ -350,11 +351,18 @@ class WebShopEnv(TextEnv):
             products = [by_asin[a] for a in window]
             view = PageView("results", instruction, products, page, len(s.results))
         elif s.kind in ("item", "detail"):
-            view = PageView(s.kind, instruction, product=by_asin[s.asin or ""], detail=s.detail,
-                            show_attrs=self.show_attrs, options=dict(s.options))
+            view = PageView(
+                s.kind,
+                instruction,
+                product=by_asin[s.asin or ""],
+                detail=s.detail,
+                show_attrs=self.show_attrs,
+                options=dict(s.options),
+            )
         elif s.kind == "done":
-            view = PageView("done", instruction, asin=s.asin or "", options=dict(s.options),
-                            reward=s.score)
+            view = PageView(
+                "done", instruction, asin=s.asin or "", options=dict(s.options), reward=s.score
+            )
         else:
             view = PageView("search", instruction)
         self._view = view
@@ -416,7 +424,8 @@ def parse_fields(observation: str, catalog: Catalog | None = None) -> dict[str, 
     if parts[3] != "< Prev":
         return fields
     price_rows = [
-        i for i in range(5, len(parts) - 1)
+        i
+        for i in range(5, len(parts) - 1)
         if parts[i].startswith("Price: ") and parts[i + 1].startswith("Rating: ")
     ]
     if parts[-1] == "Buy Now" and price_rows:

@@ -115,9 +115,13 @@ def type_reward(
 ) -> dict[str, Any]:
     """``r_type`` and its inputs: query match, category match (>= 2 shared levels), title score."""
     query_match = purchased["query"] == goal["query"]
-    category_match = len(
-        _category_levels(purchased["product_category"]) & _category_levels(goal["product_category"])
-    ) >= 2
+    category_match = (
+        len(
+            _category_levels(purchased["product_category"])
+            & _category_levels(goal["product_category"])
+        )
+        >= 2
+    )
     if goal_nouns:
         title_score = len(set(purchased_nouns) & set(goal_nouns)) / len(goal_nouns)
     else:

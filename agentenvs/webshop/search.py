@@ -110,9 +110,7 @@ class BM25Index:
         total = int(lengths.sum())
         avgdl = np.float32(total / self.doc_count) if self.doc_count else np.float32(1.0)
         # Lucene caches 1 / (k1 * ((1 - b) + b * dl / avgdl)) for each of the 256 norm bytes
-        norm_cache = np.float32(1.0) / (
-            K1 * ((np.float32(1.0) - B) + B * _LENGTH_TABLE / avgdl)
-        )
+        norm_cache = np.float32(1.0) / (K1 * ((np.float32(1.0) - B) + B * _LENGTH_TABLE / avgdl))
         norms = np.array([int_to_byte4(int(n)) for n in lengths], dtype=np.int64)
         self._norm_inverse = norm_cache[norms].astype(np.float32)
         self._postings = {

@@ -56,7 +56,7 @@ from agents.policy import BackendError, Completion, Policy, SamplingParams
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TransformersPolicy", "left_pad", "sample_next"]
+__all__ = ["TransformersPolicy", "end_of_reply_ids", "left_pad", "sample_next"]
 
 Message = dict[str, str]
 Layers = list[tuple[Any, Any]]
@@ -120,7 +120,9 @@ class TransformersPolicy(Policy):
             prefill == "auto" and self.device.type == "cpu"
         )
         self.pad_id = _pad_id(tokenizer)
-        self.eos_ids = _eos_ids(tokenizer, self.model)
+        self.eos_ids = end_of_reply_ids(
+            tokenizer, getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        )
         self._eos = torch.tensor(sorted(self.eos_ids), device=self.device)
         # transformers 5.2x names the KV cache `cache` (older: `past_key_values`), and computes
         # only the last position's logits when asked (prefill logits of a long prompt are large).
@@ -579,9 +581,10 @@ def _pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
+def end_of_reply_ids(tokenizer: Any, configured: int | Sequence[int] | None = None) -> set[int]:
+    """The tokens that end a reply: the tokenizer's EOS, ``configured`` (a generation config's
+    ``eos_token_id``), and the chat templates' end-of-turn tokens present in the vocabulary."""
     ids: set[int] = set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     for value in (tokenizer.eos_token_id, configured):
         if isinstance(value, int):
             ids.add(value)

@@ -72,10 +72,10 @@ def thought_for(action: str) -> str:
         obj, recep = action[5:].split(" to ", 1)
         return f"I put the {obj} in/on the {recep}."
     if verb in ("heat", "cool", "clean") and " with " in action:
-        obj, tool = action[len(verb) + 1:].split(" with ", 1)
+        obj, tool = action[len(verb) + 1 :].split(" with ", 1)
         return f"I {verb} the {obj} with the {tool}."
     if verb in ("open", "close"):
-        return f"I {verb} the {action[len(verb) + 1:]}."
+        return f"I {verb} the {action[len(verb) + 1 :]}."
     if verb == "use":
         return f"I turn on the {action[4:]}."
     return f"Next: {action}."
@@ -116,7 +116,7 @@ class ALFWorldExpert(Expert):
         """The next command of ``plan`` (made after ``before``) if the episode is still on it."""
         if done[: len(before)] != before:
             return None
-        rest = done[len(before):]
+        rest = done[len(before) :]
         if len(rest) >= len(plan) or plan[: len(rest)] != rest:
             return None
         nxt = plan[len(rest)]
@@ -131,8 +131,14 @@ class ALFWorldExpert(Expert):
             plan = _effective(alf.plan())
         if not plan:
             held = _held_object(done)
-            why = (f"; the agent holds the {held[0]}, which may fit no receptacle of this game "
-                   f"(a dead end)") if held else ""
+            why = (
+                (
+                    f"; the agent holds the {held[0]}, which may fit no receptacle of this game "
+                    f"(a dead end)"
+                )
+                if held
+                else ""
+            )
             raise ExpertFailure(f"{alf.task_id}: the planner finds no way to the goal{why}")
         if plan[0] not in admissible:
             raise ExpertFailure(

@@ -100,7 +100,8 @@ class BabyAIExpert(Expert):
 
         if not isinstance(env, BabyAITextEnv):
             raise ExpertFailure(
-                f"the BabyAI expert needs a BabyAI-Text-v0 environment, got {env!r}")
+                f"the BabyAI expert needs a BabyAI-Text-v0 environment, got {env!r}"
+            )
         if env.done:
             raise ExpertFailure("the episode is over; reset the environment")
         self._decisions += 1
@@ -127,8 +128,7 @@ class BabyAIExpert(Expert):
         primitives = env.expand(decision.action)
         if primitives and not shadow.advance(primitives, env.image, deadline):
             try:
-                self._shadow = Shadow.rebuild(shadow.env, env.parity, deadline,
-                                               shadow.bot.vis_mask)
+                self._shadow = Shadow.rebuild(shadow.env, env.parity, deadline, shadow.bot.vis_mask)
             except ExpertFailure:
                 self._shadow = None  # (the mission may be over) rebuilt at the next decision
         return decision
@@ -170,15 +170,17 @@ def _primitive(env: BabyAITextEnv, step: PlanStep) -> ExpertDecision:
     if step.action == PICKUP:
         for action in view.actions:
             if action.startswith("pickup ") and view.target(action) == step.front:
-                return ExpertDecision(action, f"The {_name(action)} is right in front of me; "
-                                              "pick it up.")
+                return ExpertDecision(
+                    action, f"The {_name(action)} is right in front of me; pick it up."
+                )
         raise Unexpressible("the bot wants to pick up something no pickup action names")
     if step.action == DROP and "drop" in view.actions:
         return ExpertDecision("drop", "Put down what I am carrying here.")
     if step.action == TOGGLE and "toggle" in view.actions:
         return ExpertDecision("toggle", "Open the door in front of me.")
     what = {DROP: "drop", TOGGLE: "toggle what is in front (a box or an open door)"}.get(
-        step.action, "declare the mission done")
+        step.action, "declare the mission done"
+    )
     raise Unexpressible(f"the bot wants to {what}, which the text interface cannot do here")
 
 
@@ -191,23 +193,35 @@ def _event_macro(
     candidates: list[tuple[str, str]] = []
     wanted: tuple[str, str] | None = None
     if step.action == PICKUP:
-        candidates += [(a, "pickup") for a in view.actions
-                       if a.startswith("pickup ") and view.target(a) == step.front]
+        candidates += [
+            (a, "pickup")
+            for a in view.actions
+            if a.startswith("pickup ") and view.target(a) == step.front
+        ]
         obj = env.minigrid.grid.get(*step.front)
         wanted = (obj.type, obj.color) if obj is not None else None
     elif step.action == TOGGLE:
         # (in parity mode the step after a winning toggle would undo the success)
         walks_in = (step.terminated and not env.parity) or (
-            not step.terminated and event + 1 < len(plan) and plan[event + 1].action == FORWARD)
+            not step.terminated and event + 1 < len(plan) and plan[event + 1].action == FORWARD
+        )
         if walks_in:
-            candidates += [(a, "through") for a in view.actions
-                           if a.startswith("toggle and go through ")
-                           and view.target(a) == step.front]
-        candidates += [(a, "face") for a in view.actions
-                       if a.startswith("go to ") and view.target(a) == step.front]
+            candidates += [
+                (a, "through")
+                for a in view.actions
+                if a.startswith("toggle and go through ") and view.target(a) == step.front
+            ]
+        candidates += [
+            (a, "face")
+            for a in view.actions
+            if a.startswith("go to ") and view.target(a) == step.front
+        ]
     elif step.action in MOVES:
-        candidates += [(a, "face") for a in view.actions
-                       if a.startswith("go to ") and view.target(a) == step.front_after]
+        candidates += [
+            (a, "face")
+            for a in view.actions
+            if a.startswith("go to ") and view.target(a) == step.front_after
+        ]
     for action, kind in candidates:
         if not env.expand(action):
             continue  # already there: the bot's own next primitive decides
@@ -244,8 +258,9 @@ def _progress_macro(env: BabyAITextEnv, path: list[PlanStep]) -> ExpertDecision 
             best = (reached, action)
     if best is None:
         return None
-    return ExpertDecision(best[1], f"Heading along the planned route by way of the "
-                                   f"{_name(best[1])}.")
+    return ExpertDecision(
+        best[1], f"Heading along the planned route by way of the {_name(best[1])}."
+    )
 
 
 def _guided_explore(env: BabyAITextEnv, shadow: Shadow) -> ExpertDecision | None:
@@ -272,8 +287,10 @@ def _guided_explore(env: BabyAITextEnv, shadow: Shadow) -> ExpertDecision | None
         if d is not None and d < dist[here] and (best is None or (d, len(primitives)) < best[:2]):
             best = (d, len(primitives), action)
     if best is not None:
-        return ExpertDecision(best[2], "What I need is not in sight yet; "
-                                       f"{best[2]} brings me closer to where it must be.")
+        return ExpertDecision(
+            best[2],
+            f"What I need is not in sight yet; {best[2]} brings me closer to where it must be.",
+        )
     return _step_towards(env, dist, here, targets)
 
 
@@ -287,8 +304,11 @@ def _sought_cells(bot: Any) -> list[tuple[int, int]]:
             return []
         datum = subgoal.datum
         if isinstance(datum, ObjDesc):
-            return [tuple(int(v) for v in o.cur_pos) for o in datum.obj_set
-                    if o is not carrying and o.cur_pos is not None and o.type != "wall"]
+            return [
+                tuple(int(v) for v in o.cur_pos)
+                for o in datum.obj_set
+                if o is not carrying and o.cur_pos is not None and o.type != "wall"
+            ]
         if isinstance(datum, WorldObj):
             return [tuple(int(v) for v in datum.cur_pos)] if datum.cur_pos is not None else []
         return [tuple(int(v) for v in datum)]
@@ -313,8 +333,13 @@ def _distance_field(
             return None
         if obj.is_open:
             return 1
-        if obj.is_locked and not through_locked and not (
-                carrying is not None and carrying.type == "key" and carrying.color == obj.color):
+        if (
+            obj.is_locked
+            and not through_locked
+            and not (
+                carrying is not None and carrying.type == "key" and carrying.color == obj.color
+            )
+        ):
             return None
         return 2
 
@@ -357,8 +382,11 @@ def _open_the_way(shadow: Shadow) -> None:
     cell = here
     while cell in dist and dist[cell] > 0 and door is None:
         x, y = cell
-        cell = min((n for n in ((x + 1, y), (x - 1, y), (x, y + 1), (x, y - 1)) if n in dist),
-                   key=lambda n: dist[n], default=None)
+        cell = min(
+            (n for n in ((x + 1, y), (x - 1, y), (x, y + 1), (x, y - 1)) if n in dist),
+            key=lambda n: dist[n],
+            default=None,
+        )
         if cell is None or dist[cell] >= dist[(x, y)]:
             return
         obj = env.grid.get(*cell)
@@ -374,7 +402,9 @@ def _open_the_way(shadow: Shadow) -> None:
 
 
 def _step_towards(
-    env: BabyAITextEnv, dist: dict[tuple[int, int], int], here: tuple[int, int],
+    env: BabyAITextEnv,
+    dist: dict[tuple[int, int], int],
+    here: tuple[int, int],
     targets: list[tuple[int, int]],
 ) -> ExpertDecision | None:
     """One primitive along a shortest path of ``dist`` (or turning to face a target)."""
@@ -383,9 +413,16 @@ def _step_towards(
     if dist[here] == 0:
         goals = [t for t in targets if abs(t[0] - here[0]) + abs(t[1] - here[1]) == 1]
     else:
-        goals = [n for n in ((here[0] + 1, here[1]), (here[0] - 1, here[1]),
-                             (here[0], here[1] + 1), (here[0], here[1] - 1))
-                 if n in dist and dist[n] < dist[here]]
+        goals = [
+            n
+            for n in (
+                (here[0] + 1, here[1]),
+                (here[0] - 1, here[1]),
+                (here[0], here[1] + 1),
+                (here[0], here[1] - 1),
+            )
+            if n in dist and dist[n] < dist[here]
+        ]
     if not goals:
         return None
     goals.sort(key=lambda n: dist.get(n, 0))
@@ -393,8 +430,11 @@ def _step_towards(
     right = (here[0] + DIR_VECS[(d + 1) % 4][0], here[1] + DIR_VECS[(d + 1) % 4][1])
     if front in goals:
         cell = mg.grid.get(*front)
-        text = "toggle" if cell is not None and cell.type == "door" and not cell.is_open else (
-            "move forward")
+        text = (
+            "toggle"
+            if cell is not None and cell.type == "door" and not cell.is_open
+            else ("move forward")
+        )
     else:
         text = "turn right" if right in goals else "turn left"
     if text not in env.view.actions:
@@ -423,8 +463,13 @@ def _simulate(env: BabyAITextEnv, action: str) -> _Result:
     inside = 0 <= front[0] < sim.width and 0 <= front[1] < sim.height
     cell = sim.grid.get(*front) if inside else None
     carrying = (sim.carrying.type, sim.carrying.color) if sim.carrying is not None else None
-    return _Result((int(sim.agent_pos[0]), int(sim.agent_pos[1])), front, carrying,
-                   bool(cell is not None and cell.type == "door" and cell.is_open), won)
+    return _Result(
+        (int(sim.agent_pos[0]), int(sim.agent_pos[1])),
+        front,
+        carrying,
+        bool(cell is not None and cell.type == "door" and cell.is_open),
+        won,
+    )
 
 
 def _achieves(result: _Result, kind: str, step: PlanStep) -> bool:
@@ -441,7 +486,7 @@ def _name(action: str) -> str:
     """``go to red ball 1`` -> ``red ball 1``."""
     for prefix in ("toggle and go through ", "go through ", "go to ", "pickup "):
         if action.startswith(prefix):
-            return action[len(prefix):]
+            return action[len(prefix) :]
     return action
 
 

@@ -103,9 +103,12 @@ def bot_call(fn: Any, *args: Any) -> Any:
 def instruction_progress(instr: Any) -> tuple:
     """How far the instruction's verifier has got (the done flags of its sequencing nodes)."""
     if hasattr(instr, "instr_a"):
-        return (getattr(instr, "a_done", None) == "success",
-                getattr(instr, "b_done", None) == "success",
-                instruction_progress(instr.instr_a), instruction_progress(instr.instr_b))
+        return (
+            getattr(instr, "a_done", None) == "success",
+            getattr(instr, "b_done", None) == "success",
+            instruction_progress(instr.instr_a),
+            instruction_progress(instr.instr_b),
+        )
     return ()
 
 
@@ -134,10 +137,13 @@ def _push_remaining(bot: Any, instr: Any) -> None:
 def _needs_free_hands(instr: Any, carrying: Any) -> bool:
     """Whether a remaining part of ``instr`` picks something up other than what is carried."""
     if hasattr(instr, "instr_a"):
-        return ((getattr(instr, "a_done", None) != "success"
-                 and _needs_free_hands(instr.instr_a, carrying))
-                or (getattr(instr, "b_done", None) != "success"
-                    and _needs_free_hands(instr.instr_b, carrying)))
+        return (
+            getattr(instr, "a_done", None) != "success"
+            and _needs_free_hands(instr.instr_a, carrying)
+        ) or (
+            getattr(instr, "b_done", None) != "success"
+            and _needs_free_hands(instr.instr_b, carrying)
+        )
     if isinstance(instr, PutNextInstr):
         return not any(o is carrying for o in instr.desc_move.obj_set)
     return isinstance(instr, PickupInstr)
@@ -155,9 +161,7 @@ class Shadow:
     won: bool = False  # the last advance ended the mission with success
 
     @classmethod
-    def rebuild(
-        cls, live: Any, parity: bool, deadline: float, seen: Any = None
-    ) -> Shadow:
+    def rebuild(cls, live: Any, parity: bool, deadline: float, seen: Any = None) -> Shadow:
         """A new bot on a copy of ``live`` for the instruction parts still to do; ``seen`` is
         the explored-cells mask to start from (a previous bot's of the same episode)."""
         env = copy.deepcopy(live)
@@ -179,8 +183,11 @@ class Shadow:
     def matches(self, live: Any) -> bool:
         """True when the shadow's minigrid state is the live one."""
         env = self.env
-        if (tuple(env.agent_pos) != tuple(live.agent_pos) or env.agent_dir != live.agent_dir
-                or env.step_count != live.step_count):
+        if (
+            tuple(env.agent_pos) != tuple(live.agent_pos)
+            or env.agent_dir != live.agent_dir
+            or env.step_count != live.step_count
+        ):
             return False
         mine, theirs = env.carrying, live.carrying
         if (mine is None) != (theirs is None):
@@ -205,8 +212,9 @@ class Shadow:
             self.suggestion = bot_call(self.bot.replan, action)
 
         try:
-            done = run_primitives(self.env, primitives, image,
-                                  stop_when_terminated=not self.parity, on_step=tell)
+            done = run_primitives(
+                self.env, primitives, image, stop_when_terminated=not self.parity, on_step=tell
+            )
         except ExpertFailure:
             return False
         self.won = done.terminated and done.reward != 0.0
@@ -249,8 +257,14 @@ def rollout(shadow: Shadow, cap: int, deadline: float) -> list[PlanStep]:
         before = instruction_progress(env.instrs)
         _, _, terminated, _, _ = env.step(action)
         pos = (int(env.agent_pos[0]), int(env.agent_pos[1]))
-        step = PlanStep(action, front, pos, front_cell(env),
-                        instruction_progress(env.instrs) != before, bool(terminated))
+        step = PlanStep(
+            action,
+            front,
+            pos,
+            front_cell(env),
+            instruction_progress(env.instrs) != before,
+            bool(terminated),
+        )
         steps.append(step)
         if terminated or (event_at is not None):
             break

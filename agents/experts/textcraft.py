@@ -96,8 +96,14 @@ class _Planner:
             raise ExpertFailure(f"no way to obtain any item of {name}")
         return ranked[0]
 
-    def produce(self, item: str, n: int, inv: dict[str, int], plan: TextCraftPlan,
-                stack: tuple[str, ...] = ()) -> None:
+    def produce(
+        self,
+        item: str,
+        n: int,
+        inv: dict[str, int],
+        plan: TextCraftPlan,
+        stack: tuple[str, ...] = (),
+    ) -> None:
         """Extend ``plan`` so that the simulated inventory ``inv`` holds ``n`` of ``item``."""
         from agentenvs.textcraft.crafting import item_id_to_str
 
@@ -108,10 +114,14 @@ class _Planner:
             plan.gets[item] = plan.gets.get(item, 0) + missing
             inv[item] = inv.get(item, 0) + missing
             return
-        options = [r for r in self.recipes(item)
-                   if not any(i.item_tag.name in stack for i in r.input_items)]
+        options = [
+            r
+            for r in self.recipes(item)
+            if not any(i.item_tag.name in stack for i in r.input_items)
+        ]
         if not options:
             raise ExpertFailure(f"no shown recipe makes {item_id_to_str(item)}")
+
         def recipe_cost(r: Recipe) -> float:
             batches = math.ceil(missing / r.output_item.count)
             return batches + sum(

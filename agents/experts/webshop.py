@@ -17,8 +17,17 @@ if TYPE_CHECKING:
 __all__ = ["WebShopExpert"]
 
 _BUTTONS = frozenset(
-    {"back to search", "< prev", "next >", "description", "features", "reviews", "attributes",
-     "buy now", "search"}
+    {
+        "back to search",
+        "< prev",
+        "next >",
+        "description",
+        "features",
+        "reviews",
+        "attributes",
+        "buy now",
+        "search",
+    }
 )
 
 

@@ -31,8 +31,14 @@ _TASKS = (  # two small bedroom games of valid_unseen
     "trial_T20190908_222917_366542",
     "alfworld/valid_unseen/pick_and_place_simple-Mug-None-Desk-308/trial_T20190908_125200_737896",
 )
-_PREFIX = ["go to desk 2", "take alarmclock 1 from desk 2", "go to shelf 1", "inventory",
-           "go to drawer 1", "open drawer 1"]
+_PREFIX = [
+    "go to desk 2",
+    "take alarmclock 1 from desk 2",
+    "go to shelf 1",
+    "inventory",
+    "go to drawer 1",
+    "open drawer 1",
+]
 
 
 class _RawEngine:
@@ -65,8 +71,9 @@ def bench(quick: bool = False) -> list[SpeedRow]:
         env.close()
 
 
-def _alternating(ours: Callable[[], object], base: Callable[[], object], rounds: int,
-                 number: int = 1) -> tuple[float, float]:
+def _alternating(
+    ours: Callable[[], object], base: Callable[[], object], rounds: int, number: int = 1
+) -> tuple[float, float]:
     """Median seconds per call of ``ours`` and ``base``, timed in alternating batches."""
     ours(), base()  # warm-up
     times: tuple[list[float], list[float]] = ([], [])
@@ -129,14 +136,29 @@ def _step_rows(env: ALFWorldEnv, raw: _RawEngine, file: str, rounds: int) -> lis
         raw.env.step(pair[flip[1]])
 
     ours, base = _alternating(ours_step, raw_step, rounds * 3, number=4)
-    bad, bad_base = _alternating(lambda: env.step("jump"), lambda: raw.env.step("jump"),
-                                 rounds * 3, number=4)
+    bad, bad_base = _alternating(
+        lambda: env.step("jump"), lambda: raw.env.step("jump"), rounds * 3, number=4
+    )
     target = f"<= {STEP_OVERHEAD_TARGET:.2f}x raw"
     return [
-        SpeedRow(ENV_ID, "step (go to, valid)", ours, "raw step", base, target,
-                 ours <= STEP_OVERHEAD_TARGET * base),
-        SpeedRow(ENV_ID, "step (invalid command)", bad, "raw step", bad_base, target,
-                 bad <= STEP_OVERHEAD_TARGET * bad_base),
+        SpeedRow(
+            ENV_ID,
+            "step (go to, valid)",
+            ours,
+            "raw step",
+            base,
+            target,
+            ours <= STEP_OVERHEAD_TARGET * base,
+        ),
+        SpeedRow(
+            ENV_ID,
+            "step (invalid command)",
+            bad,
+            "raw step",
+            bad_base,
+            target,
+            bad <= STEP_OVERHEAD_TARGET * bad_base,
+        ),
     ]
 
 
@@ -163,8 +185,13 @@ def _snapshot_rows(env: ALFWorldEnv, raw: _RawEngine, file: str, rounds: int) ->
     n = len(_PREFIX)
     return [
         SpeedRow(ENV_ID, "snapshot", take, "raw step (look)", step),
-        SpeedRow(ENV_ID, f"step + restore ({n} steps in, replay)", restore,
-                 f"raw step + reset + {n} steps", replay),
+        SpeedRow(
+            ENV_ID,
+            f"step + restore ({n} steps in, replay)",
+            restore,
+            f"raw step + reset + {n} steps",
+            replay,
+        ),
     ]
 
 

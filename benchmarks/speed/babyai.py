@@ -52,9 +52,15 @@ def _step_row(budget: float) -> SpeedRow:
     primitives = itertools.cycle([LEFT, RIGHT])
     base = per_call(lambda: raw.step(next(primitives)), budget_s=budget)
     added = (ours - base) / base
-    return SpeedRow(ENV_ID, "step (turn left/right)", ours, "minigrid step (same level)", base,
-                    f"text adds <= {STEP_OVERHEAD_TARGET:g}x raw (added {added:.2f}x)",
-                    added <= STEP_OVERHEAD_TARGET)
+    return SpeedRow(
+        ENV_ID,
+        "step (turn left/right)",
+        ours,
+        "minigrid step (same level)",
+        base,
+        f"text adds <= {STEP_OVERHEAD_TARGET:g}x raw (added {added:.2f}x)",
+        added <= STEP_OVERHEAD_TARGET,
+    )
 
 
 def _reset_row(budget: float) -> SpeedRow:
@@ -97,8 +103,13 @@ def _macro_row(budget: float) -> SpeedRow:
             sim.step(primitive)
 
     base = per_call(raw_macro, budget_s=budget)
-    return SpeedRow(ENV_ID, f"restore + macro step ({len(path)} primitives)", ours,
-                    "copy + the same primitives raw", base)
+    return SpeedRow(
+        ENV_ID,
+        f"restore + macro step ({len(path)} primitives)",
+        ours,
+        "copy + the same primitives raw",
+        base,
+    )
 
 
 def _snapshot_row(budget: float) -> SpeedRow:

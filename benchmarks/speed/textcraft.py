@@ -44,7 +44,6 @@ def bench(quick: bool = False) -> list[SpeedRow]:
         budget_s=budget,
     )
 
-
     def cold_reset() -> None:
         _load_task.cache_clear()
         env.reset(options={"task_id": test_ids[next(cursor) % len(test_ids)]})
@@ -71,14 +70,27 @@ def bench(quick: bool = False) -> list[SpeedRow]:
     restore = per_call(lambda: env.restore(snap), budget_s=budget)
     replay = per_call(lambda: env.replay(task_id, actions[:REPLAY_STEPS]), budget_s=budget)
     return [
-        SpeedRow(ENV_ID, "reset (test split, cached tasks)", reset, target="<= 2 ms",
-                 met=reset <= 2e-3),
-        SpeedRow(ENV_ID, "reset (first time a task is built)", cold, target="<= 2 ms",
-                 met=cold <= 2e-3),
-        SpeedRow(ENV_ID, "step (expert episode actions)", step_time, target="<= 50 us",
-                 met=step_time <= 50e-6),
+        SpeedRow(
+            ENV_ID, "reset (test split, cached tasks)", reset, target="<= 2 ms", met=reset <= 2e-3
+        ),
+        SpeedRow(
+            ENV_ID, "reset (first time a task is built)", cold, target="<= 2 ms", met=cold <= 2e-3
+        ),
+        SpeedRow(
+            ENV_ID,
+            "step (expert episode actions)",
+            step_time,
+            target="<= 50 us",
+            met=step_time <= 50e-6,
+        ),
         SpeedRow(ENV_ID, "snapshot", snapshot),
-        SpeedRow(ENV_ID, f"restore (after {REPLAY_STEPS} steps)", restore,
-                 f"replay {REPLAY_STEPS} steps from reset", replay, ">= 10x faster",
-                 replay / restore >= 10),
+        SpeedRow(
+            ENV_ID,
+            f"restore (after {REPLAY_STEPS} steps)",
+            restore,
+            f"replay {REPLAY_STEPS} steps from reset",
+            replay,
+            ">= 10x faster",
+            replay / restore >= 10,
+        ),
     ]

@@ -31,11 +31,15 @@ from agentenvs.core import MatchStatus, SnapshotError, UnknownSplitError, Unknow
 from agents.experts.alfworld import ALFWorldExpert  # noqa: E402
 from agents.experts.base import ExpertFailure, make_expert  # noqa: E402
 
-LOOK_TASK = ("alfworld/valid_unseen/look_at_obj_in_light-AlarmClock-None-DeskLamp-308/"
-             "trial_T20190908_222917_366542")
+LOOK_TASK = (
+    "alfworld/valid_unseen/look_at_obj_in_light-AlarmClock-None-DeskLamp-308/"
+    "trial_T20190908_222917_366542"
+)
 COOL_TASK = "agentgym/2420"  # pick_cool_then_place_in_recep-Mug-None-CoffeeMachine-23
-CLEAN_TASK = ("alfworld/valid_seen/pick_clean_then_place_in_recep-SoapBar-None-Toilet-428/"
-              "trial_T20190907_041436_588106")
+CLEAN_TASK = (
+    "alfworld/valid_seen/pick_clean_then_place_in_recep-SoapBar-None-Toilet-428/"
+    "trial_T20190907_041436_588106"
+)
 SHARED_TRAIN = Path("/work/shared/data/alfworld/train.tar.gz")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +65,11 @@ class AgentGymReference:
 
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         env_id = textworld.gym.register_games(
-            [game_file], infos, batch_size=1, asynchronous=False, max_episode_steps=100,
+            [game_file],
+            infos,
+            batch_size=1,
+            asynchronous=False,
+            max_episode_steps=100,
             wrappers=[AlfredDemangler(shuffle=False), AlfredInfos],
         )
         self.env = textworld.gym.make(env_id)
@@ -121,8 +129,19 @@ def trace(env: ALFWorldEnv, actions: list[str]) -> list:
     out = []
     for action in actions:
         obs, reward, term, trunc, info = env.step(action)
-        out.append([obs, reward, term, trunc, info["valid"], info["won"], info["turn"],
-                    info["admissible_actions"], info["fields"]])
+        out.append(
+            [
+                obs,
+                reward,
+                term,
+                trunc,
+                info["valid"],
+                info["won"],
+                info["turn"],
+                info["admissible_actions"],
+                info["fields"],
+            ]
+        )
         if term or trunc:
             break
     return out
@@ -153,8 +172,13 @@ print(json.dumps(out))
 def run_subprocess(job: dict, hash_seed: str) -> dict:
     envvars = dict(os.environ, PYTHONHASHSEED=hash_seed)
     result = subprocess.run(
-        [sys.executable, "-c", _SUBPROCESS], input=json.dumps(job), capture_output=True,
-        text=True, env=envvars, cwd=REPO, timeout=300,
+        [sys.executable, "-c", _SUBPROCESS],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=envvars,
+        cwd=REPO,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
@@ -166,14 +190,22 @@ def run_subprocess(job: dict, hash_seed: str) -> dict:
 
 def test_splits_and_families(env):
     sizes = {split: len(env.task_ids(split)) for split in env.splits}
-    assert sizes == {"train": 3553, "test": 200, "valid_seen": 140, "valid_unseen": 134,
-                     "agentgym_train": 2181}
+    assert sizes == {
+        "train": 3553,
+        "test": 200,
+        "valid_seen": 140,
+        "valid_unseen": 134,
+        "agentgym_train": 2181,
+    }
     assert env.task_ids("test")[::199] == ["agentgym/2420", "agentgym/2619"]
     # Prefix-GRPO's 200-game test set by family (Simple 46, Clean 37, Two-Obj 45, Cool 28, ...).
     assert Counter(env.family(t) for t in env.task_ids("test")) == {
-        "pick_and_place_simple": 46, "pick_clean_then_place_in_recep": 37,
-        "pick_two_obj_and_place": 45, "pick_cool_then_place_in_recep": 28,
-        "pick_heat_then_place_in_recep": 25, "look_at_obj_in_light": 19,
+        "pick_and_place_simple": 46,
+        "pick_clean_then_place_in_recep": 37,
+        "pick_two_obj_and_place": 45,
+        "pick_cool_then_place_in_recep": 28,
+        "pick_heat_then_place_in_recep": 25,
+        "look_at_obj_in_light": 19,
     }
     assert {env.family(t) for t in env.task_ids("valid_unseen")} == set(data.TASK_TYPES)
     assert env.family(COOL_TASK) == "pick_cool_then_place_in_recep"
@@ -181,10 +213,19 @@ def test_splits_and_families(env):
         env.task_ids("validation")
 
 
-@pytest.mark.parametrize("bad", [
-    "agentgym/2620", "agentgym/-1", "agentgym/01", "alfworld/valid_seen/nope/trial_1",
-    "alfworld/valid/x/y", "textcraft/1", "", "alfworld/valid_seen",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "agentgym/2620",
+        "agentgym/-1",
+        "agentgym/01",
+        "alfworld/valid_seen/nope/trial_1",
+        "alfworld/valid/x/y",
+        "textcraft/1",
+        "",
+        "alfworld/valid_seen",
+    ],
+)
 def test_unknown_task_ids(env, bad):
     with pytest.raises(UnknownTaskError, match="valid forms"):
         env.reset(options={"task_id": bad})
@@ -196,7 +237,8 @@ def test_shipped_index_matches_archives():
         with tarfile.open(data.DATA_DIR / f"{split}.tar.gz") as tar:
             keys = sorted(
                 m.name.split("/", 2)[2].rsplit("/", 1)[0]
-                for m in tar.getmembers() if m.name.endswith(data.GAME_FILE)
+                for m in tar.getmembers()
+                if m.name.endswith(data.GAME_FILE)
             )
         assert keys == list(index[split])
     with gzip.open(data.DATA_DIR / "agentgym_mappings_test.json.gz", "rt") as f:
@@ -324,8 +366,12 @@ loc_bar_3 - location
 )
 """
 TINY_WALKTHROUGH = [
-    "go to countertop 1", "take apple 1 from countertop 1", "go to fridge 1",
-    "cool apple 1 with fridge 1", "go to diningtable 1", "move apple 1 to diningtable 1",
+    "go to countertop 1",
+    "take apple 1 from countertop 1",
+    "go to fridge 1",
+    "cool apple 1 with fridge 1",
+    "go to diningtable 1",
+    "move apple 1 to diningtable 1",
 ]
 
 
@@ -338,7 +384,9 @@ def tiny_data_dir(tmp_path_factory):
     game = {
         "pddl_domain": Path(alfworld.info.ALFRED_PDDL_PATH).read_text(),
         "grammar": grammar.replace("UNKNOWN GOAL", "cool some apple and put it in diningtable"),
-        "pddl_problem": TINY_PROBLEM, "solvable": True, "walkthrough": TINY_WALKTHROUGH,
+        "pddl_problem": TINY_PROBLEM,
+        "solvable": True,
+        "walkthrough": TINY_WALKTHROUGH,
     }
     root = tmp_path_factory.mktemp("alfworld_data")
     path = root / data.GameRef("train", TINY_KEY).relative_path()
@@ -356,26 +404,44 @@ def test_tiny_game_text(tiny_data_dir):
         "Your task is to: cool some apple and put it in diningtable."
     )
     assert info["admissible_actions"] == [
-        "go to countertop 1", "go to diningtable 1", "go to fridge 1", "help", "inventory", "look"]
+        "go to countertop 1",
+        "go to diningtable 1",
+        "go to fridge 1",
+        "help",
+        "inventory",
+        "look",
+    ]
     assert info["fields"]["seen"] == ["countertop 1", "diningtable 1", "fridge 1"]
     script = [
         ("go to fridge 1", "You arrive at fridge 1. The fridge 1 is closed.", True),
         ("take apple 1 from fridge 1", "Nothing happens.", False),
-        ("open fridge 1",
-         "You open the fridge 1. The fridge 1 is open. In it, you see nothing.", True),
+        (
+            "open fridge 1",
+            "You open the fridge 1. The fridge 1 is open. In it, you see nothing.",
+            True,
+        ),
         ("look", "You are facing the fridge 1. Next to it, you see nothing.", True),
-        ("go to countertop 1",
-         "You arrive at countertop 1. On the countertop 1, you see a apple 1.", True),
+        (
+            "go to countertop 1",
+            "You arrive at countertop 1. On the countertop 1, you see a apple 1.",
+            True,
+        ),
         ("take apple 1 from countertop 1", "You pick up the apple 1 from the countertop 1.", True),
         ("inventory", "You are carrying: a apple 1.", True),
         ("examine apple 1", "There's nothing special about apple 1.", True),
-        ("go to fridge 1",
-         "You arrive at fridge 1. The fridge 1 is open. In it, you see nothing.", True),
+        (
+            "go to fridge 1",
+            "You arrive at fridge 1. The fridge 1 is open. In it, you see nothing.",
+            True,
+        ),
         ("cool apple 1 with fridge 1", "You cool the apple 1 using the fridge 1.", True),
         ("examine apple 1", "This is a cold apple 1.", True),
         ("close fridge 1", "You close the fridge 1.", True),
-        ("go to diningtable 1",
-         "You arrive at diningtable 1. On the diningtable 1, you see nothing.", True),
+        (
+            "go to diningtable 1",
+            "You arrive at diningtable 1. On the diningtable 1, you see nothing.",
+            True,
+        ),
         ("move apple 1 to diningtable 1", "You move the apple 1 to the diningtable 1.", True),
     ]
     for action, text, valid in script:
@@ -426,14 +492,36 @@ def test_expert_solves_from_the_start(env, task_id):
     assert env.won and steps == len(env.walkthrough) and expert.replans == 0
 
 
-@pytest.mark.parametrize("detour, repairs, replans", [
-    # holding the right object elsewhere: the repaired walkthrough wins, no planner needed
-    (["go to drawer 1", "open drawer 1", "go to desk 2", "take alarmclock 1 from desk 2",
-      "go to shelf 1", "inventory"], 1, 0),
-    # the object moved: the walkthrough cannot be repaired, the planner finds the way
-    (["go to desk 2", "take alarmclock 1 from desk 2", "go to shelf 1",
-      "move alarmclock 1 to shelf 1", "go to bed 1"], 0, 1),
-])
+@pytest.mark.parametrize(
+    "detour, repairs, replans",
+    [
+        # holding the right object elsewhere: the repaired walkthrough wins, no planner needed
+        (
+            [
+                "go to drawer 1",
+                "open drawer 1",
+                "go to desk 2",
+                "take alarmclock 1 from desk 2",
+                "go to shelf 1",
+                "inventory",
+            ],
+            1,
+            0,
+        ),
+        # the object moved: the walkthrough cannot be repaired, the planner finds the way
+        (
+            [
+                "go to desk 2",
+                "take alarmclock 1 from desk 2",
+                "go to shelf 1",
+                "move alarmclock 1 to shelf 1",
+                "go to bed 1",
+            ],
+            0,
+            1,
+        ),
+    ],
+)
 def test_expert_recovers_after_a_restored_detour(env, detour, repairs, replans):
     expert = ALFWorldExpert()
     env.reset(options={"task_id": LOOK_TASK})
@@ -451,8 +539,12 @@ def test_expert_recovers_after_a_restored_detour(env, detour, repairs, replans):
 
 def test_expert_reports_a_dead_end(env):
     """A paper towel roll fits no receptacle of this kitchen: once taken, the game is lost."""
-    env.reset(options={"task_id": "alfworld/valid_unseen/pick_clean_then_place_in_recep-Egg-None-"
-                                  "Microwave-10/trial_T20190909_120712_273910"})
+    env.reset(
+        options={
+            "task_id": "alfworld/valid_unseen/pick_clean_then_place_in_recep-Egg-None-"
+            "Microwave-10/trial_T20190909_120712_273910"
+        }
+    )
     for action in ["go to countertop 1", "take papertowelroll 1 from countertop 1"]:
         env.step(action)
     assert not any(a.startswith("move ") for a in env.admissible_actions())
@@ -523,11 +615,27 @@ def test_fuzz_malformed_actions(env):
     rng = random.Random(0)
     env.reset(options={"task_id": COOL_TASK})
     before = env.admissible_actions()
-    junk = ["", " ", "\n", "go to", "go to fridge", "GO TO FRIDGE 1", "go to fridge 1\nlook",
-            "take mug 2 from countertop 1", "🙂", "x" * 10_000, "put mug in fridge", "\x00",
-            "Action: [[ go to fridge 1 ]]", "go  to fridge 1", "look look"]
-    junk += ["".join(rng.choice("abcdefghij klm\t0123") for _ in range(rng.randint(1, 40)))
-             for _ in range(8)]
+    junk = [
+        "",
+        " ",
+        "\n",
+        "go to",
+        "go to fridge",
+        "GO TO FRIDGE 1",
+        "go to fridge 1\nlook",
+        "take mug 2 from countertop 1",
+        "🙂",
+        "x" * 10_000,
+        "put mug in fridge",
+        "\x00",
+        "Action: [[ go to fridge 1 ]]",
+        "go  to fridge 1",
+        "look look",
+    ]
+    junk += [
+        "".join(rng.choice("abcdefghij klm\t0123") for _ in range(rng.randint(1, 40)))
+        for _ in range(8)
+    ]
     for action in junk:
         obs, reward, term, trunc, info = env.step(action)
         assert (obs, reward, term, info["valid"]) == ("Nothing happens.", 0.0, False, False), action
@@ -603,16 +711,22 @@ def test_fields():
     assert parse_list("a mug 1 and a cup 2") == ["mug 1", "cup 2"]
     assert parse_list("nothing") == []
     assert parse_fields("You arrive at drawer 5. The drawer 5 is closed.") == {
-        "location": "drawer 5", "states": {"drawer 5": ["closed"]}}
+        "location": "drawer 5",
+        "states": {"drawer 5": ["closed"]},
+    }
     assert parse_fields("You open the drawer 5. The drawer 5 is open. In it, you see a pen 1.") == {
-        "seen": ["pen 1"], "states": {"drawer 5": ["open"]}}
+        "seen": ["pen 1"],
+        "states": {"drawer 5": ["open"]},
+    }
     assert parse_fields("You are carrying: a mug 2.") == {"inventory": ["mug 2"]}
     assert parse_fields("You move the mug 2 to the shelf 1.") == {"inventory": []}
     assert parse_fields("You turn on the desklamp 1.") == {"states": {"desklamp 1": ["on"]}}
     assert parse_fields("This is a hot and clean sliced apple 1.") == {
-        "states": {"apple 1": ["hot", "clean", "sliced"]}}
+        "states": {"apple 1": ["hot", "clean", "sliced"]}
+    }
     assert parse_fields("You heat the egg 1 using the microwave 1.") == {
-        "states": {"egg 1": ["hot"]}}
+        "states": {"egg 1": ["hot"]}
+    }
     assert parse_fields("Nothing happens.") == {}
 
 
@@ -633,8 +747,9 @@ def shared_train_dir(tmp_path_factory):
     """A few training games unpacked from the shared archive (never copied into the repo)."""
     if not SHARED_TRAIN.exists():
         pytest.skip(f"{SHARED_TRAIN} is not on this machine")
-    wanted = {data.GameRef("train", data.games_index()["train"][i]).relative_path()
-              for i in (0, 1000)}
+    wanted = {
+        data.GameRef("train", data.games_index()["train"][i]).relative_path() for i in (0, 1000)
+    }
     wanted.add(data.agentgym_games()[0].relative_path())
     root = tmp_path_factory.mktemp("alfworld_train")
     with tarfile.open(SHARED_TRAIN, "r:gz") as tar:

@@ -66,9 +66,19 @@ def _play(env: BabyAITextEnv, expert: BabyAIExpert, task_id: str) -> bool:
 
 # agentgym/1804: GoToLocalS8N7, seed 45; the agent at (5, 4) facing west.
 LOCAL_START_ACTIONS = _actions_line(
-    "turn left", "turn right", "move forward", "pickup purple key 1", "pickup red box 1",
-    "pickup red ball 1", "pickup yellow key 1", "pickup purple box 1", "go to purple key 1",
-    "go to red box 1", "go to red ball 1", "go to yellow key 1", "go to purple box 1",
+    "turn left",
+    "turn right",
+    "move forward",
+    "pickup purple key 1",
+    "pickup red box 1",
+    "pickup red ball 1",
+    "pickup yellow key 1",
+    "pickup purple box 1",
+    "go to purple key 1",
+    "go to red box 1",
+    "go to red ball 1",
+    "go to yellow key 1",
+    "go to purple box 1",
     "check available actions",
 )
 LOCAL_RESET = (
@@ -83,39 +93,72 @@ LOCAL_RESET = (
     "You are not carrying anything." + LOCAL_START_ACTIONS
 )
 BALLS_ACTIONS = _actions_line(
-    "turn left", "turn right", "move forward", "pickup red ball 1", "pickup red ball 2",
-    "go to red ball 1", "go to red ball 2", "check available actions",
+    "turn left",
+    "turn right",
+    "move forward",
+    "pickup red ball 1",
+    "pickup red ball 2",
+    "go to red ball 1",
+    "go to red ball 2",
+    "check available actions",
 )
 LOCAL_STEPS = [
-    ("turn left", True,
-     "In front of you in this room, you can see several objects: "
-     "There is a red ball 1 right in front of you 2 steps away.  "
-     "There is a purple key 1 0 steps in front of you and 2 steps to your right.  "
-     "There is a red ball 2 2 steps in front of you and 1 steps to your left.  "
-     "The room has walls around you. You are facing a wall 3 steps away. "
-     "You are not carrying anything." + _actions_line(
-         "turn left", "turn right", "move forward", "pickup red ball 1", "pickup purple key 1",
-         "pickup red ball 2", "go to red ball 1", "go to purple key 1", "go to red ball 2",
-         "check available actions")),
-    ("pickup red ball 2", True,
-     "In front of you in this room, you can see several objects: "
-     "There is a red ball 1 1 steps in front of you and 1 steps to your right.  "
-     "The room has walls around you. You are facing a wall 2 steps away. "
-     "You are carrying a red ball." + _actions_line(
-         "turn left", "turn right", "move forward", "drop", "go to red ball 1",
-         "check available actions")),
-    ("drop", True,
-     "In front of you in this room, you can see several objects: "
-     "There is a red ball 1 right in front of you 1 steps away.  "
-     "There is a red ball 2 1 steps in front of you and 1 steps to your right.  "
-     "The room has walls around you. You are facing a wall 2 steps away. "
-     "You are not carrying anything." + BALLS_ACTIONS),
+    (
+        "turn left",
+        True,
+        "In front of you in this room, you can see several objects: "
+        "There is a red ball 1 right in front of you 2 steps away.  "
+        "There is a purple key 1 0 steps in front of you and 2 steps to your right.  "
+        "There is a red ball 2 2 steps in front of you and 1 steps to your left.  "
+        "The room has walls around you. You are facing a wall 3 steps away. "
+        "You are not carrying anything."
+        + _actions_line(
+            "turn left",
+            "turn right",
+            "move forward",
+            "pickup red ball 1",
+            "pickup purple key 1",
+            "pickup red ball 2",
+            "go to red ball 1",
+            "go to purple key 1",
+            "go to red ball 2",
+            "check available actions",
+        ),
+    ),
+    (
+        "pickup red ball 2",
+        True,
+        "In front of you in this room, you can see several objects: "
+        "There is a red ball 1 1 steps in front of you and 1 steps to your right.  "
+        "The room has walls around you. You are facing a wall 2 steps away. "
+        "You are carrying a red ball."
+        + _actions_line(
+            "turn left",
+            "turn right",
+            "move forward",
+            "drop",
+            "go to red ball 1",
+            "check available actions",
+        ),
+    ),
+    (
+        "drop",
+        True,
+        "In front of you in this room, you can see several objects: "
+        "There is a red ball 1 right in front of you 1 steps away.  "
+        "There is a red ball 2 1 steps in front of you and 1 steps to your right.  "
+        "The room has walls around you. You are facing a wall 2 steps away. "
+        "You are not carrying anything." + BALLS_ACTIONS,
+    ),
     ("Go To Red Box 1", False, NOT_RECOGNIZED + BALLS_ACTIONS),
     ("", False, "No change in state." + BALLS_ACTIONS),
-    ("  CHECK available actions ", True,
-     "You can take the following actions: turn left, turn right, move forward, "
-     "pickup red ball 1, pickup red ball 2, go to red ball 1, go to red ball 2, "
-     "check available actions" + BALLS_ACTIONS),
+    (
+        "  CHECK available actions ",
+        True,
+        "You can take the following actions: turn left, turn right, move forward, "
+        "pickup red ball 1, pickup red ball 2, go to red ball 1, go to red ball 2, "
+        "check available actions" + BALLS_ACTIONS,
+    ),
 ]
 
 
@@ -140,11 +183,22 @@ def test_conformance_success(env: BabyAITextEnv) -> None:
         "There is a purple box 1 0 steps in front of you and 3 steps to your left.  "
         "There is a red box 2 2 steps in front of you and 2 steps to your right.  "
         "The room has walls around you. You are facing a box 1 steps away. "
-        "You are not carrying anything.\n The task is completed." + _actions_line(
-            "turn left", "turn right", "pickup red box 1", "pickup purple key 1",
-            "pickup yellow key 1", "pickup purple box 1", "pickup red box 2", "go to red box 1",
-            "go to purple key 1", "go to yellow key 1", "go to purple box 1", "go to red box 2",
-            "check available actions")
+        "You are not carrying anything.\n The task is completed."
+        + _actions_line(
+            "turn left",
+            "turn right",
+            "pickup red box 1",
+            "pickup purple key 1",
+            "pickup yellow key 1",
+            "pickup purple box 1",
+            "pickup red box 2",
+            "go to red box 1",
+            "go to purple key 1",
+            "go to yellow key 1",
+            "go to purple box 1",
+            "go to red box 2",
+            "check available actions",
+        )
     )
     # two primitives (turn, forward) of minigrid's 64: 1 - 0.9 * 2 / 64
     assert reward == pytest.approx(1 - 0.9 * 2 / 64)
@@ -155,8 +209,13 @@ def test_conformance_doors(env: BabyAITextEnv) -> None:
     # agentgym/1805: GoToObjMazeS7, seed 45
     obs, _ = env.reset(options={"task_id": "agentgym/1805"})
     door_actions = _actions_line(
-        "turn left", "turn right", "move forward", "toggle and go through purple closed door 1",
-        "go to purple closed door 1", "check available actions")
+        "turn left",
+        "turn right",
+        "move forward",
+        "toggle and go through purple closed door 1",
+        "go to purple closed door 1",
+        "check available actions",
+    )
     assert obs == (
         "Your goal: go to the blue ball\n"
         "In front of you in this room, you can see several objects: "
@@ -165,29 +224,56 @@ def test_conformance_doors(env: BabyAITextEnv) -> None:
         "You are not carrying anything." + door_actions
     )
     steps = [
-        ("go through purple closed door 1", False,
-         "You cannot go through purple closed door 1, as it is closed. "
-         "You should toggle it first." + door_actions),
-        ("drop", False,
-         "You cannot drop the object, as you are not carrying anything." + door_actions),
-        ("go to purple closed door 1", True,
-         "In front of you in this room, you can see several objects: "
-         "There is a purple closed door 1 right in front of you 1 steps away.  "
-         "The room has walls around you. You are not carrying anything." + _actions_line(
-             "turn left", "turn right", "move forward",
-             "toggle and go through purple closed door 1", "toggle",
-             "go to purple closed door 1", "check available actions")),
-        ("toggle", True,
-         "In front of you in this room, you can see several objects: "
-         "There is a purple open door 1 right in front of you 1 steps away.  "
-         "The room has walls around you. You are not carrying anything." + _actions_line(
-             "turn left", "turn right", "move forward", "go through purple open door 1",
-             "go to purple open door 1", "check available actions")),
-        ("move forward", True,  # standing in the doorway: the door is not described
-         "In front of you in this room, you can see several objects: "
-         "The room has walls around you. You are facing a wall 6 steps away. "
-         "You are not carrying anything." + _actions_line(
-             "turn left", "turn right", "move forward", "check available actions")),
+        (
+            "go through purple closed door 1",
+            False,
+            "You cannot go through purple closed door 1, as it is closed. "
+            "You should toggle it first." + door_actions,
+        ),
+        (
+            "drop",
+            False,
+            "You cannot drop the object, as you are not carrying anything." + door_actions,
+        ),
+        (
+            "go to purple closed door 1",
+            True,
+            "In front of you in this room, you can see several objects: "
+            "There is a purple closed door 1 right in front of you 1 steps away.  "
+            "The room has walls around you. You are not carrying anything."
+            + _actions_line(
+                "turn left",
+                "turn right",
+                "move forward",
+                "toggle and go through purple closed door 1",
+                "toggle",
+                "go to purple closed door 1",
+                "check available actions",
+            ),
+        ),
+        (
+            "toggle",
+            True,
+            "In front of you in this room, you can see several objects: "
+            "There is a purple open door 1 right in front of you 1 steps away.  "
+            "The room has walls around you. You are not carrying anything."
+            + _actions_line(
+                "turn left",
+                "turn right",
+                "move forward",
+                "go through purple open door 1",
+                "go to purple open door 1",
+                "check available actions",
+            ),
+        ),
+        (
+            "move forward",
+            True,  # standing in the doorway: the door is not described
+            "In front of you in this room, you can see several objects: "
+            "The room has walls around you. You are facing a wall 6 steps away. "
+            "You are not carrying anything."
+            + _actions_line("turn left", "turn right", "move forward", "check available actions"),
+        ),
     ]
     for action, valid, expected in steps:
         obs, _, _, _, info = env.step(action)
@@ -197,9 +283,16 @@ def test_conformance_doors(env: BabyAITextEnv) -> None:
 
 # agentgym/194: SynthS5R2 (level 35), seed 4
 BLOCKED_ACTIONS = _actions_line(
-    "turn left", "turn right", "move forward", "pickup yellow ball 1", "pickup purple key 1",
-    "toggle and go through green closed door 1", "go to yellow ball 1",
-    "go to green closed door 1", "go to purple key 1", "check available actions",
+    "turn left",
+    "turn right",
+    "move forward",
+    "pickup yellow ball 1",
+    "pickup purple key 1",
+    "toggle and go through green closed door 1",
+    "go to yellow ball 1",
+    "go to green closed door 1",
+    "go to purple key 1",
+    "check available actions",
 )
 
 
@@ -221,13 +314,20 @@ def test_conformance_unreachable_objects_and_parity_message() -> None:
         "You are not carrying anything." + BLOCKED_ACTIONS
     )
     for action, expected in [
-        ("pickup yellow ball 2", "You cannot pickup yellow ball 2, as there is no path leading "
-                                 "to it."),
-        ("go to blue closed door 1", "You cannot go to blue closed door 1, as there is no path "
-                                     "leading to it."),
-        ("toggle and go through blue closed door 1", "You cannot toggle and go through blue "
-                                                     "closed door 1, as there is no path "
-                                                     "leading to it."),
+        (
+            "pickup yellow ball 2",
+            "You cannot pickup yellow ball 2, as there is no path leading to it.",
+        ),
+        (
+            "go to blue closed door 1",
+            "You cannot go to blue closed door 1, as there is no path leading to it.",
+        ),
+        (
+            "toggle and go through blue closed door 1",
+            "You cannot toggle and go through blue "
+            "closed door 1, as there is no path "
+            "leading to it.",
+        ),
     ]:
         obs, _, _, _, info = env.step(action)
         assert obs == expected + BLOCKED_ACTIONS and not info["valid"]
@@ -251,10 +351,14 @@ def test_conformance_empty_view_and_goal_rewrite(env: BabyAITextEnv) -> None:
     )
     # "then" and "after you" read as "and" in the goal line (SynthSeq, seeds 4 and 7)
     obs, _ = env.reset(options={"task_id": "agentgym/196"})
-    assert env.minigrid.mission == ("go to the red key and open the purple door, then pick up "
-                                    "the yellow ball and open the red door")
-    assert obs.split("\n")[0] == ("Your goal: go to the red key and open the purple door, and "
-                                  "pick up the yellow ball and open the red door")
+    assert env.minigrid.mission == (
+        "go to the red key and open the purple door, then pick up "
+        "the yellow ball and open the red door"
+    )
+    assert obs.split("\n")[0] == (
+        "Your goal: go to the red key and open the purple door, and "
+        "pick up the yellow ball and open the red door"
+    )
     obs, _ = env.reset(options={"task_id": "agentgym/207"})  # GoToSeqS5R2, seed 5
     assert env.minigrid.mission == "go to the red door after you go to the green door"
     assert obs.split("\n")[0] == "Your goal: go to the red door and go to the green door"
@@ -269,7 +373,13 @@ def test_find_path_keeps_the_original_quirk() -> None:
     assert find_path((5, 5), 0, (7, 5), frozenset(), free, free, arrive=True) == [2, 2]
     # around a ball at (6, 5): north, east twice, then turn to face (7, 5) from (7, 4)
     assert find_path((5, 5), 0, (7, 5), frozenset({(6, 5)}), free, free, arrive=False) == [
-        0, 2, 1, 2, 2, 1]
+        0,
+        2,
+        1,
+        2,
+        2,
+        1,
+    ]
     walled = frozenset((x, y) for x in range(12) for y in (4, 6)) | {(6, 5)}
     assert find_path((5, 5), 0, (7, 5), walled, free, free, arrive=True) is None
 
@@ -302,7 +412,8 @@ def test_level_table_ids_exist_in_minigrid() -> None:
     renamed = [lv for lv in LEVELS if lv.name != lv.minigrid_id]
     # minigrid 2.x (AgentGym's) registered GoToObjS6-v0 with room_size 4: GoToObjS4-v0's level
     assert [(lv.name, lv.minigrid_id) for lv in renamed] == [
-        ("BabyAI-GoToObjS6-v0", "BabyAI-GoToObjS4-v0")]
+        ("BabyAI-GoToObjS6-v0", "BabyAI-GoToObjS4-v0")
+    ]
     env = BabyAITextEnv()
     env.reset(options={"task_id": "agentgym/1803"})
     assert (env.minigrid.width, env.minigrid.height, env.minigrid.max_steps) == (4, 4, 16)
@@ -355,8 +466,11 @@ def test_fields_and_match(env: BabyAITextEnv) -> None:
     obs, info = env.reset(options={"task_id": "agentgym/1804"})
     fields = info["fields"]
     assert fields["goal"] == "go to a red box"
-    assert fields["objects"][:3] == [["purple key", 1, 2, 0], ["red box", 1, 1, 1],
-                                     ["red ball", 1, 0, -2]]
+    assert fields["objects"][:3] == [
+        ["purple key", 1, 2, 0],
+        ["red box", 1, 1, 1],
+        ["red ball", 1, 0, -2],
+    ]
     assert fields["facing"] == ["box", 4] and fields["carrying"] is None
     assert fields["message"] is None and not fields["completed"]
     assert fields["available_actions"] == info["admissible_actions"]
@@ -391,15 +505,25 @@ def test_fields_from_the_view_equal_parsed_fields() -> None:
 # ----- snapshots, determinism, fuzzing ---------------------------------------------------------
 
 SNAPSHOT_PREFIX = ["toggle and go through purple closed door 1", "turn left", "move forward"]
-SNAPSHOT_CONTINUATION = ["turn right", "move forward", "check available actions",
-                         "go to blue ball 1", "turn left", "move forward", "move forward"]
+SNAPSHOT_CONTINUATION = [
+    "turn right",
+    "move forward",
+    "check available actions",
+    "go to blue ball 1",
+    "turn left",
+    "move forward",
+    "move forward",
+]
 
 
 def test_contract_and_snapshot_roundtrip() -> None:
-    check_contract(BabyAITextEnv(max_turns=100), "agentgym/1805",
-                   SNAPSHOT_PREFIX + SNAPSHOT_CONTINUATION, split="test")
-    check_snapshot_roundtrip(BabyAITextEnv, "agentgym/1805", SNAPSHOT_PREFIX,
-                             SNAPSHOT_CONTINUATION)
+    check_contract(
+        BabyAITextEnv(max_turns=100),
+        "agentgym/1805",
+        SNAPSHOT_PREFIX + SNAPSHOT_CONTINUATION,
+        split="test",
+    )
+    check_snapshot_roundtrip(BabyAITextEnv, "agentgym/1805", SNAPSHOT_PREFIX, SNAPSHOT_CONTINUATION)
 
 
 _RESTORE_SCRIPT = """
@@ -429,9 +553,18 @@ def test_snapshot_restores_in_another_process(tmp_path: Path) -> None:
         obs, reward, terminated, truncated, info = env.step(action)
         expected.append([obs, reward, terminated, truncated, info["won"]])
     proc = subprocess.run(
-        [sys.executable, "-c", _RESTORE_SCRIPT, str(tmp_path / "snap.pkl"),
-         json.dumps(SNAPSHOT_CONTINUATION)],
-        capture_output=True, text=True, cwd=REPO, timeout=300, check=True,
+        [
+            sys.executable,
+            "-c",
+            _RESTORE_SCRIPT,
+            str(tmp_path / "snap.pkl"),
+            json.dumps(SNAPSHOT_CONTINUATION),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=True,
         env=dict(os.environ, PYTHONHASHSEED="123"),
     )
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
@@ -448,8 +581,11 @@ def test_fuzz_malformed_actions(env: BabyAITextEnv) -> None:
     env.reset(options={"task_id": "agentgym/1805"})
     admissible = set(env.admissible_actions())
     start = env.snapshot()
-    for action in fuzz_actions(seed=7, n=300, extra_pieces=["go to", "pickup", "toggle", "check",
-                                                            "purple closed door 1", "drop"]):
+    for action in fuzz_actions(
+        seed=7,
+        n=300,
+        extra_pieces=["go to", "pickup", "toggle", "check", "purple closed door 1", "drop"],
+    ):
         env.restore(start)
         obs, reward, terminated, truncated, info = env.step(action)
         text = action.lower().strip()
@@ -465,6 +601,7 @@ def test_fuzz_malformed_actions(env: BabyAITextEnv) -> None:
 
 
 # ----- the expert ------------------------------------------------------------------------------
+
 
 def test_expert_solves_the_test_split() -> None:
     """At least 95% of Prefix-GRPO's 90 test tasks within the 20-turn training budget."""

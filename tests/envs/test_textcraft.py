@@ -62,7 +62,9 @@ def test_adapt_reset_text_equals_adapt_for_all_200(env):
     for task in tasks:
         obs, info = env.reset(options={"task_id": f"adapt/{task['seed']}"})
         expected = (
-            "Crafting commands:\n" + "\n".join(task["commands"]) + f"\n\nGoal: craft {task['goal']}."
+            "Crafting commands:\n"
+            + "\n".join(task["commands"])
+            + f"\n\nGoal: craft {task['goal']}."
         )
         assert obs == expected
         assert info["goal"] == task["goal"]
@@ -143,15 +145,27 @@ STICK_SEQUENCE = [
     ("craft 4 oak planks using 1 oak logs", "Crafted 4 minecraft:oak_planks", True),
     ("inventory", "Inventory: [oak logs] (1) [oak planks] (4) ", True),
     ("craft 4 stick using 2 planks", "Could not find enough items to craft minecraft:stick", False),
-    ("craft 4 stick using 3 oak planks", "Could not find a valid recipe for "
-     "ItemTagWithCount(item_tag=ItemTag(tag=None, item_id='minecraft:stick'), count=4)", False),
-    ("craft 4 stick using 2 oak planks, 1 oak logs", "Could not find a valid recipe for "
-     "ItemTagWithCount(item_tag=ItemTag(tag=None, item_id='minecraft:stick'), count=4)", False),
+    (
+        "craft 4 stick using 3 oak planks",
+        "Could not find a valid recipe for "
+        "ItemTagWithCount(item_tag=ItemTag(tag=None, item_id='minecraft:stick'), count=4)",
+        False,
+    ),
+    (
+        "craft 4 stick using 2 oak planks, 1 oak logs",
+        "Could not find a valid recipe for "
+        "ItemTagWithCount(item_tag=ItemTag(tag=None, item_id='minecraft:stick'), count=4)",
+        False,
+    ),
     ("craft 4 stick using two oak planks", "Wrong item format: two oak planks", False),
     ("craft 99 stick using 2 oak planks", "Crafted 4 minecraft:stick", True),
     ("inventory", "Inventory: [oak logs] (1) [oak planks] (2) [stick] (4) ", True),
-    ("craft 1 planks using 1 oak logs", "Could not find a valid recipe for "
-     "ItemTagWithCount(item_tag=ItemTag(tag='minecraft:planks', item_id=None), count=1)", False),
+    (
+        "craft 1 planks using 1 oak logs",
+        "Could not find a valid recipe for "
+        "ItemTagWithCount(item_tag=ItemTag(tag='minecraft:planks', item_id=None), count=1)",
+        False,
+    ),
     ("craft stick using 2 oak planks", "Crafted 4 minecraft:stick", True),
     ("Inventory", "Could not execute Inventory", False),
     (" inventory", "Could not execute  inventory", False),
@@ -177,7 +191,12 @@ def test_goal_is_won_only_by_crafting(env):
     assert env.step("get 1 yellow dye")[0] == "Could not find yellow dye"
     assert env.step("get 1 dandelion")[0] == "Got 1 dandelion"
     obs, reward, terminated, truncated, info = env.step("craft 1 yellow dye using 1 dandelion")
-    assert (obs, reward, terminated, truncated) == ("Crafted 1 minecraft:yellow_dye", 1.0, True, False)
+    assert (obs, reward, terminated, truncated) == (
+        "Crafted 1 minecraft:yellow_dye",
+        1.0,
+        True,
+        False,
+    )
     assert info["won"] and info["turn"] == 3
 
 
@@ -228,8 +247,11 @@ def test_fix_recipe_graph_independent_of_file_order():
     a, b = CraftingTree(files), CraftingTree(dict(shuffled))
     strs = lambda t: sorted(r.recipe_str for rs in t.itemid_recipes.values() for r in rs)  # noqa: E731
     assert strs(a) == strs(b)
-    for base, crafted in [("iron_ingot", "iron_nugget"), ("gold_ingot", "gold_nugget"),
-                          ("honey_block", "honey_bottle")]:
+    for base, crafted in [
+        ("iron_ingot", "iron_nugget"),
+        ("gold_ingot", "gold_nugget"),
+        ("honey_block", "honey_bottle"),
+    ]:
         assert not a.is_craftable(f"minecraft:{base}")
         assert a.is_craftable(f"minecraft:{crafted}")
     assert [r.recipe_str for r in a.recipes_for("minecraft:gold_nugget")] == [
@@ -340,7 +362,9 @@ def test_snapshot_restores_in_another_process(tmp_path):
 
     out = subprocess.run(
         [sys.executable, "-c", script, str(snap_file), json.dumps(actions[4:])],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert json.loads(out.stdout) == expected
 
@@ -354,7 +378,7 @@ def test_replay_equals_stepping_by_hand(env):
 
 
 def test_contract(env):
-    check_contract(env, "agentgym/140", expert_actions("agentgym/140") , split="test")
+    check_contract(env, "agentgym/140", expert_actions("agentgym/140"), split="test")
 
 
 def test_determinism_across_hash_seeds():
@@ -383,7 +407,12 @@ def test_fuzz_actions_never_raise(env):
             assert obs.startswith(("Got ", "Crafted ", "Inventory: ")), (action, obs)
     assert counts["could_not_execute"] > 1000
     env.reset(options={"task_id": "adapt/11"})
-    for action in ["craft  using ", "get 1 ", "craft 1 x using 1 y,,", "get 99999999999999999999 x"]:
+    for action in [
+        "craft  using ",
+        "get 1 ",
+        "craft 1 x using 1 y,,",
+        "get 99999999999999999999 x",
+    ]:
         obs, _, _, _, info = env.step(action)
         assert not info["valid"] and obs.startswith(("Could not", "Wrong item format"))
 

@@ -134,14 +134,28 @@ def test_analyzer_possessive_stop_words_and_porter():
     assert analyze("The women's shoes, it's for running!") == ["women", "shoe", "run"]
     assert analyze("The IS and") == []
     # Lucene's Porter stemmer (reference C/Java release), not the published paper's
-    cases = {"caresses": "caress", "ponies": "poni", "agreed": "agre", "hopping": "hop",
-             "relational": "relat", "sensibiliti": "sensibl", "analogousli": "analog",
-             "apologies": "apolog", "adjustment": "adjust", "feed": "feed", "sky": "sky",
-             "ion": "ion", "oed": "o", "hi": "hi", "conformabli": "conform"}
+    cases = {
+        "caresses": "caress",
+        "ponies": "poni",
+        "agreed": "agre",
+        "hopping": "hop",
+        "relational": "relat",
+        "sensibiliti": "sensibl",
+        "analogousli": "analog",
+        "apologies": "apolog",
+        "adjustment": "adjust",
+        "feed": "feed",
+        "sky": "sky",
+        "ion": "ion",
+        "oed": "o",
+        "hi": "hi",
+        "conformabli": "conform",
+    }
     assert {w: porter_stem(w) for w in cases} == cases
 
 
 # ----- goals ------------------------------------------------------------------------------------
+
 
 def test_goals_are_webshops_in_webshops_order():
     catalog = default_catalog()
@@ -208,13 +222,18 @@ def test_type_reward_thresholds():
 
 def test_purchase_reward_by_hand():
     product = {
-        "query": "shorts", "product_category": "Clothing › Women › Shorts", "Title": "Yoga Shorts",
-        "BulletPoints": ["High waist, tummy control"], "Description": "",
+        "query": "shorts",
+        "product_category": "Clothing › Women › Shorts",
+        "Title": "Yoga Shorts",
+        "BulletPoints": ["High waist, tummy control"],
+        "Description": "",
         "Attributes": ["butt lifting", "light weight"],
     }
     goal = {
-        "query": "shorts", "product_category": "Clothing › Women › Shorts",
-        "attributes": ["butt lifting", "tummy control", "quick drying"], "price_upper": 30.0,
+        "query": "shorts",
+        "product_category": "Clothing › Women › Shorts",
+        "attributes": ["butt lifting", "tummy control", "quick drying"],
+        "price_upper": 30.0,
         "goal_options": {"color": "black", "size": "3x-large"},
     }
     nouns = ["yoga", "shorts"]
@@ -235,8 +254,12 @@ def test_reward_equals_webshops_on_recorded_purchases():
     for case in cases:
         goal = catalog.goals[case["goal"]]
         got = purchase_reward(
-            catalog.by_asin[case["asin"]], goal.as_dict(), catalog.prices[case["asin"]],
-            case["options"], catalog.nouns(case["asin"]), catalog.nouns(goal.asin),
+            catalog.by_asin[case["asin"]],
+            goal.as_dict(),
+            catalog.prices[case["asin"]],
+            case["options"],
+            catalog.nouns(case["asin"]),
+            catalog.nouns(goal.asin),
             option_matching="webshop",
         )
         assert got.reward == pytest.approx(case["reward"], abs=1e-12), case
@@ -379,8 +402,14 @@ def test_expert_recovers_from_a_wrong_product():
 
 EPISODE = [
     "search[find me butt lifting, light weight women's shorts with high waist, tummy control]",
-    "click[next >]", "click[< prev]", "click[b09qcp4579]", "click[black]", "click[features]",
-    "click[< prev]", "click[3x-large]", "click[buy now]",
+    "click[next >]",
+    "click[< prev]",
+    "click[b09qcp4579]",
+    "click[black]",
+    "click[features]",
+    "click[< prev]",
+    "click[3x-large]",
+    "click[buy now]",
 ]
 
 

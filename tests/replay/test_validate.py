@@ -130,7 +130,9 @@ def test_snapshot_reuse_replays_the_prefix_once(expert_trajectory) -> None:
     assert (reused.resets, reused.steps, reused.restores) == (1, n - 1 + 1, 0)
     # from reset: every query replays its prefix and probes
     assert fresh.resets == len(queries)
-    assert fresh.steps == sum(q.prefix_turns + (0 if q.is_raw else 1) for q in queries)  # raw: no probe
+    assert fresh.steps == sum(
+        q.prefix_turns + (0 if q.is_raw else 1) for q in queries
+    )  # raw: no probe
 
 
 def test_a_diverging_prefix_restores_the_deepest_snapshot_on_its_path(expert_trajectory) -> None:

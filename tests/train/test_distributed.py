@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,18 @@ def torchrun(*args: str, timeout: float = 180) -> str:
     proc = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+    if proc.returncode != 0 and GLOO_ABORT in proc.stderr:
+        # a rare abort of one rank inside gloo's C++ threads (2 in ~40 runs here, never twice
+        # in a row); the runs are deterministic and resumable, so a retry ends the same way
+        warnings.warn(f"torchrun: a rank aborted ({GLOO_ABORT!r}); running again", stacklevel=2)
+        proc = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
     return proc.stdout + proc.stderr
+
+
+GLOO_ABORT = "terminate called without an active exception"
 
 
 def cli(*args: str) -> list[str]:

@@ -36,8 +36,21 @@ def expert_trajectory(task_id: str) -> Trajectory:
         obs, reward, *_, info = env.step(decision.action)
         messages.append({"role": "user", "content": obs})
         steps.append(StepRecord(anchor, decision.action, obs, reward, info["valid"]))
-    return Trajectory("TextCraft-v0", task_id, env.family(task_id), task_id, 0, "expert",
-                      messages, steps, float(env.won), env.won, env.turn, True, False)
+    return Trajectory(
+        "TextCraft-v0",
+        task_id,
+        env.family(task_id),
+        task_id,
+        0,
+        "expert",
+        messages,
+        steps,
+        float(env.won),
+        env.won,
+        env.turn,
+        True,
+        False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +64,16 @@ def data_file(tmp_path_factory):
 
 
 def config(tiny, data_file, out, **overrides) -> SFTConfig:
-    base = {"model": str(tiny), "data": str(data_file), "out_dir": str(out), "epochs": "4",
-            "batch_size": "4", "micro_batch_size": "2", "lr": "3e-3", "tensorboard": "false"}
+    base = {
+        "model": str(tiny),
+        "data": str(data_file),
+        "out_dir": str(out),
+        "epochs": "4",
+        "batch_size": "4",
+        "micro_batch_size": "2",
+        "lr": "3e-3",
+        "tensorboard": "false",
+    }
     base.update({k: str(v) for k, v in overrides.items()})
     return load_config(SFTConfig, None, [f"{k}={v}" for k, v in base.items()])
 
@@ -71,8 +92,16 @@ def test_labels_cover_exactly_the_assistant_replies(tiny):
 
 
 def test_loss_falls_on_a_repeated_batch(tiny, data_file, tmp_path):
-    cfg = config(tiny, data_file, tmp_path / "run", epochs=8, batch_size=8, micro_batch_size=4,
-                 schedule="constant", warmup_ratio=0)
+    cfg = config(
+        tiny,
+        data_file,
+        tmp_path / "run",
+        epochs=8,
+        batch_size=8,
+        micro_batch_size=4,
+        schedule="constant",
+        warmup_ratio=0,
+    )
     train_sft(cfg, progress=False)
     losses = [json.loads(line)["train/loss"] for line in (tmp_path / "run/metrics.jsonl").open()]
     assert len(losses) == 8  # 6 won episodes (the failed one is left out): one batch per epoch

@@ -490,7 +490,10 @@ def train_rl(
     """Run RL with ``config``; returns the last checkpoint (see :meth:`RLTrainer.train`).
     Under torchrun every process calls it (:mod:`train.distributed`)."""
     trainer = RLTrainer(config, progress=progress)
+    finished = False
     try:
-        return trainer.train(resume=resume, stop_at=stop_at)
+        final = trainer.train(resume=resume, stop_at=stop_at)
+        finished = True
+        return final
     finally:
-        trainer.dist.close()
+        trainer.dist.close(wait=finished)

@@ -345,25 +345,13 @@ def _model_device(model: Any) -> torch.device:
 
 
 def _stop_token_ids(tokenizer: Any, model_path: str) -> set[int]:
-    """The transformers backend's end-of-reply tokens: the tokenizer's and the generation
-    config's EOS, and the chat templates' end-of-turn tokens present in the vocabulary."""
-    ids: set[int] = set()
-    configured = None
+    """The transformers backend's end-of-reply tokens, with the generation config's EOS."""
+    from agents.backends.transformers_backend import end_of_reply_ids
+
     try:
         from transformers import GenerationConfig
 
         configured = GenerationConfig.from_pretrained(model_path).eos_token_id
     except Exception:  # no generation_config.json: the tokenizer's EOS only
         configured = None
-    for value in (tokenizer.eos_token_id, configured):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
-    vocab = tokenizer.get_vocab()
-    for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-        if token in vocab:
-            ids.add(int(vocab[token]))
-    if not ids:
-        raise BackendError(f"the tokenizer of {model_path!r} names no end-of-sequence token")
-    return ids
+    return end_of_reply_ids(tokenizer, configured)
