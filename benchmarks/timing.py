@@ -10,8 +10,16 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["SpeedRow", "format_table", "per_call", "median_time"]
+__all__ = [
+    "SpeedRow",
+    "format_table",
+    "median_time",
+    "per_call",
+    "snapshot_times",
+    "step_time_along",
+]
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,37 @@ def per_call(fn: Callable[[], object], *, budget_s: float = 0.5, repeats: int = 
     one = max(time.perf_counter() - start, 1e-7)
     number = max(1, int(budget_s / repeats / one))
     return median_time(fn, repeats=repeats, number=number)
+
+
+def step_time_along(env: Any, task_id: str, actions: Sequence[str], *, budget_s: float) -> float:
+    """One ``env.step`` along ``actions`` from ``task_id``'s start, over and over: the start is
+    restored whenever the list ends, and that restore's cost (spread over the list) is taken off."""
+    env.reset(options={"task_id": task_id})
+    start = env.snapshot()
+    position = [0]
+
+    def step() -> None:
+        if position[0] == len(actions):
+            env.restore(start)
+            position[0] = 0
+        env.step(actions[position[0]])
+        position[0] += 1
+
+    total = per_call(step, budget_s=budget_s)
+    return total - per_call(lambda: env.restore(start), budget_s=budget_s) / len(actions)
+
+
+def snapshot_times(
+    env: Any, task_id: str, prefix: Sequence[str], *, budget_s: float
+) -> tuple[float, float, float]:
+    """(snapshot, restore, replay) times after ``prefix``: taking a snapshot there, restoring
+    it, and replaying ``prefix`` from reset (what a restore replaces)."""
+    env.replay(task_id, list(prefix))
+    snap = env.snapshot()
+    snapshot = per_call(env.snapshot, budget_s=budget_s)
+    restore = per_call(lambda: env.restore(snap), budget_s=budget_s)
+    replay = per_call(lambda: env.replay(task_id, list(prefix)), budget_s=budget_s)
+    return snapshot, restore, replay
 
 
 def _fmt_time(seconds: float | None) -> str:

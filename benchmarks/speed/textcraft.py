@@ -10,7 +10,7 @@ from __future__ import annotations
 from agentenvs.textcraft import TextCraftEnv
 from agentenvs.textcraft.env import _load_task
 from agents.experts.textcraft import TextCraftExpert
-from benchmarks.timing import SpeedRow, per_call
+from benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
 
 __all__ = ["bench"]
 
@@ -50,25 +50,10 @@ def bench(quick: bool = False) -> list[SpeedRow]:
 
     cold = per_call(cold_reset, budget_s=budget)
 
-    env.reset(options={"task_id": task_id})
-    start = env.snapshot()
-    position = [0]
-
-    def step() -> None:
-        if position[0] == len(actions):
-            env.restore(start)
-            position[0] = 0
-        env.step(actions[position[0]])
-        position[0] += 1
-
-    step_time = per_call(step, budget_s=budget)
-    step_time -= per_call(lambda: env.restore(start), budget_s=budget) / len(actions)
-
-    env.replay(task_id, actions[:REPLAY_STEPS])
-    snap = env.snapshot()
-    snapshot = per_call(env.snapshot, budget_s=budget)
-    restore = per_call(lambda: env.restore(snap), budget_s=budget)
-    replay = per_call(lambda: env.replay(task_id, actions[:REPLAY_STEPS]), budget_s=budget)
+    step_time = step_time_along(env, task_id, actions, budget_s=budget)
+    snapshot, restore, replay = snapshot_times(
+        env, task_id, actions[:REPLAY_STEPS], budget_s=budget
+    )
     return [
         SpeedRow(
             ENV_ID, "reset (test split, cached tasks)", reset, target="<= 2 ms", met=reset <= 2e-3

@@ -16,7 +16,7 @@ from agentenvs.webshop.analysis import analyze
 from agentenvs.webshop.catalog import product_document
 from agentenvs.webshop.search import BM25Index, byte4_to_int, int_to_byte4
 from agents.experts.webshop import WebShopExpert
-from benchmarks.timing import SpeedRow, per_call
+from benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
 
 __all__ = ["bench"]
 
@@ -98,24 +98,8 @@ def bench(quick: bool = False) -> list[SpeedRow]:
     )
     task_id = "synthetic/1"
     actions = _browsing_actions(env, task_id)
-    env.reset(options={"task_id": task_id})
-    first = env.snapshot()
-    position = [0]
-
-    def step() -> None:
-        if position[0] == len(actions):
-            env.restore(first)
-            position[0] = 0
-        env.step(actions[position[0]])
-        position[0] += 1
-
-    step_time = per_call(step, budget_s=budget)
-    step_time -= per_call(lambda: env.restore(first), budget_s=budget) / len(actions)
-    env.replay(task_id, actions)
-    snap = env.snapshot()
-    snapshot = per_call(env.snapshot, budget_s=budget)
-    restore = per_call(lambda: env.restore(snap), budget_s=budget)
-    replay = per_call(lambda: env.replay(task_id, actions), budget_s=budget)
+    step_time = step_time_along(env, task_id, actions, budget_s=budget)
+    snapshot, restore, replay = snapshot_times(env, task_id, actions, budget_s=budget)
     return [
         SpeedRow(
             ENV_ID,
