@@ -13,7 +13,9 @@ invariant violation (the rows are written, flagged), else 0.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["cuts_main", "sidecar_main", "validate_main"]
 
@@ -30,6 +32,18 @@ def _ratios(text: str) -> tuple[float, ...]:
             f"{text!r} is neither a preset ({sorted(FIXED_RATIO_PRESETS)}) nor comma-separated "
             "numbers such as 0.1,0.3,0.5"
         ) from None
+
+
+def _run_stage(parser: argparse.ArgumentParser, out: Path, stage: Callable[[], Any]) -> Any:
+    """Run a stage and print its summary table; bad input (a ``ValueError`` or a missing file)
+    is a usage error with the message, not a traceback. Returns the summary."""
+    try:
+        summary = stage()
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    print(summary.table())
+    print(f"wrote {out}")
+    return summary
 
 
 def _model_options(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -81,12 +95,13 @@ def cuts_main(argv: list[str]) -> int:
     _common(parser)
     args = parser.parse_args(argv)
     ratios = _ratios(args.ratios) if isinstance(args.ratios, str) else args.ratios
-    try:
+
+    def stage() -> Any:
         configs = [
             CutConfig(CutStrategy(s), window=args.window, k=args.k, ratios=ratios)
             for s in dict.fromkeys(args.strategy or [CutStrategy.ENTROPY_CHANGE.value])
         ]
-        summary = run_cuts(
+        return run_cuts(
             args.trajectories,
             args.out,
             configs,
@@ -98,10 +113,8 @@ def cuts_main(argv: list[str]) -> int:
             only_won=args.only_won,
             progress=not args.no_progress,
         )
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    print(summary.table())
-    print(f"wrote {args.out}")
+
+    _run_stage(parser, args.out, stage)
     return 0
 
 
@@ -122,18 +135,17 @@ def validate_main(argv: list[str]) -> int:
     )
     _common(parser)
     args = parser.parse_args(argv)
-    try:
-        summary = run_validate(
+    _run_stage(
+        parser,
+        args.out,
+        lambda: run_validate(
             args.queries,
             args.out,
             limit=args.limit,
             reuse_snapshots=not args.no_snapshot_reuse,
             progress=not args.no_progress,
-        )
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    print(summary.table())
-    print(f"wrote {args.out}")
+        ),
+    )
     return 0
 
 
@@ -156,8 +168,10 @@ def sidecar_main(argv: list[str]) -> int:
     _model_options(parser, required=True)
     _common(parser)
     args = parser.parse_args(argv)
-    try:
-        summary = run_sidecar(
+    summary = _run_stage(
+        parser,
+        args.out,
+        lambda: run_sidecar(
             args.validated,
             args.out,
             model_path=args.model,
@@ -167,9 +181,6 @@ def sidecar_main(argv: list[str]) -> int:
             statuses=args.status or ["validated"],
             limit=args.limit,
             progress=not args.no_progress,
-        )
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    print(summary.table())
-    print(f"wrote {args.out}")
+        ),
+    )
     return 1 if summary.violation_rows else 0
