@@ -149,6 +149,35 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
+def _random_model(shape: ModelShape, device: Any, seed: int) -> Any:
+    """A randomly initialised model of ``shape``, fp32 weights (the trainer's), on ``device``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=torch.float32).to(device)
+
+
+def _timed_old_log_probs(
+    model: Any, rows: list[Any], micro_batch_size: int, device: Any, precision: str
+) -> float:
+    """Seconds of the trainer's old-log-prob pass over ``rows`` (device work included)."""
+    from train.rl.update import recompute_old_log_probs
+
+    _sync(device)
+    start = time.perf_counter()
+    recompute_old_log_probs(
+        model,
+        rows,
+        micro_batch_size=micro_batch_size,
+        pad_id=0,
+        device=device,
+        precision=precision,
+    )
+    _sync(device)
+    return time.perf_counter() - start
+
+
 def update_speed(
     shape: ModelShape,
     *,
@@ -163,20 +192,17 @@ def update_speed(
 ) -> UpdateSpeed:
     """Time the old-log-prob pass and one PPO epoch on ``rows`` synthetic rows."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from train.losses import PolicyLossConfig
     from train.rl.update import (
         UpdateSettings,
         apply_correction,
         ppo_update,
-        recompute_old_log_probs,
     )
     from train.runtime import make_optimizer, make_scheduler
 
     dev = torch.device(device)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=torch.float32).to(dev)
+    model = _random_model(shape, dev, seed)
     n_body = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
     optimizer = make_optimizer(model, 1e-6)
     scheduler = make_scheduler(optimizer, 10, 0.0, "constant")
@@ -186,18 +212,8 @@ def update_speed(
     )
 
     def run() -> tuple[float, float]:
-        _sync(dev)
-        t0 = time.perf_counter()
-        recompute_old_log_probs(
-            model,
-            data,
-            micro_batch_size=micro_batch_size,
-            pad_id=0,
-            device=dev,
-            precision=precision,
-        )
+        old_s = _timed_old_log_probs(model, data, micro_batch_size, dev, precision)
         apply_correction(data, None)
-        _sync(dev)
         t1 = time.perf_counter()
         ppo_update(
             model,
@@ -211,7 +227,7 @@ def update_speed(
             last_checkpoint=None,
         )
         _sync(dev)
-        return t1 - t0, time.perf_counter() - t1
+        return old_s, time.perf_counter() - t1
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -267,14 +283,11 @@ def generate_speed(
     """Time ``generate`` of ``new_tokens`` tokens for ``rows`` random prompts of ``prompt``
     tokens, then the old-log-prob pass over the generated sequences (after a warm-up of each)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from train.rl.update import recompute_old_log_probs
     from train.runtime import autocast_context
 
     dev = torch.device(device)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=torch.float32).to(dev)
+    model = _random_model(shape, dev, seed)
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     prompts = torch.randint(10, shape.vocab_size, (rows, prompt), generator=generator).to(dev)
@@ -306,22 +319,8 @@ def generate_speed(
     for row, ids in zip(data, sequences.tolist(), strict=True):
         row.prompt_ids, row.response_ids = ids[:prompt], ids[prompt:]
 
-    def forward() -> float:
-        _sync(dev)
-        start = time.perf_counter()
-        recompute_old_log_probs(
-            model,
-            data,
-            micro_batch_size=micro_batch_size,
-            pad_id=0,
-            device=dev,
-            precision=precision,
-        )
-        _sync(dev)
-        return time.perf_counter() - start
-
-    forward()  # warm-up
-    forward_s = forward()
+    _timed_old_log_probs(model, data, micro_batch_size, dev, precision)  # warm-up
+    forward_s = _timed_old_log_probs(model, data, micro_batch_size, dev, precision)
     generated = rows * new_tokens
     generate_tps = generated / generate_s
     forward_tps = rows * (prompt + new_tokens) / forward_s
