@@ -45,12 +45,14 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.tiny_model import TinyModelSpec
+
 __all__ = [
-    "CheckModelSpec",
+    "CHECK_MODEL",
     "CheckSettings",
     "build_check_model",
     "expert_trajectories",
@@ -62,18 +64,17 @@ __all__ = [
 SHORT_THOUGHT = "I take the next step."
 
 
-@dataclass(frozen=True)
-class CheckModelSpec:
-    """Shape of the learning-check model (Qwen3 architecture, trained from scratch)."""
-
-    vocab_size: int = 1024
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 32
-    seed: int = 0
+CHECK_MODEL = TinyModelSpec(
+    vocab_size=1024,
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=4096,
+)
+"""Shape of the learning-check model (Qwen3 architecture, trained from scratch)."""
 
 
 def _corpus(env_id: str, task_ids: Sequence[str]) -> list[str]:
@@ -101,7 +102,7 @@ def _corpus(env_id: str, task_ids: Sequence[str]) -> list[str]:
 
 def build_check_model(
     out_dir: str | Path,
-    spec: CheckModelSpec | None = None,
+    spec: TinyModelSpec = CHECK_MODEL,
     *,
     env_id: str = "TextCraft-v0",
     tokenizer_tasks: int = 200,
@@ -109,24 +110,13 @@ def build_check_model(
     """Build (or reuse, if complete) the model and tokenizer in ``out_dir`` (module docstring)."""
     from agentenvs.registration import env_class
     from agents.prompts import system_prompt
-    from agents.tiny_model import TinyModelSpec, build_tiny_model
+    from agents.tiny_model import build_tiny_model
 
-    spec = spec or CheckModelSpec()
     tasks = env_class(env_id)().task_ids("test")[:tokenizer_tasks]
     system = system_prompt(env_id)
     return build_tiny_model(
         out_dir,
-        TinyModelSpec(
-            vocab_size=spec.vocab_size,
-            hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size,
-            num_hidden_layers=spec.num_hidden_layers,
-            num_attention_heads=spec.num_attention_heads,
-            num_key_value_heads=spec.num_key_value_heads,
-            head_dim=spec.head_dim,
-            max_position_embeddings=4096,
-            seed=spec.seed,
-        ),
+        spec,
         corpus=_corpus(env_id, tasks),
         added_tokens=[system] if system else [],
     )
@@ -159,7 +149,7 @@ class CheckSettings:
     env_id: str = "TextCraft-v0"
     tasks: int = 12
     """The first ``tasks`` test tasks (``agentgym/0..``): SFT data, RL tasks and evaluation."""
-    model: CheckModelSpec = field(default_factory=CheckModelSpec)
+    model: TinyModelSpec = CHECK_MODEL
     sft_steps: int = 120
     """Deliberately few (about 55% Avg@8 after them): the SFT policy must leave room to learn."""
     sft_lr: float = 3e-3

@@ -9,6 +9,7 @@ algorithm has a non-zero signal in two iterations.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def one_thread():
 @pytest.fixture(scope="session")
 def rl_fixture(tmp_path_factory) -> RLFixture:
     from agents.trajectory import write_trajectories
-    from benchmarks.learning_check import CheckModelSpec, build_check_model, expert_trajectories
+    from benchmarks.learning_check import CHECK_MODEL, build_check_model, expert_trajectories
     from replay import CutConfig, run_cuts, run_sidecar, run_validate
     from train.config import load_config
     from train.sft import SFTConfig, train_sft
@@ -46,7 +47,8 @@ def rl_fixture(tmp_path_factory) -> RLFixture:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("rl")
-    spec = CheckModelSpec(
+    spec = dataclasses.replace(
+        CHECK_MODEL,
         vocab_size=512,
         hidden_size=64,
         intermediate_size=128,
