@@ -20,7 +20,7 @@ from typing import Any
 
 from agents.policy import BackendError, Completion, Policy, SamplingParams
 
-__all__ = ["VLLMPolicy", "vllm_available"]
+__all__ = ["VLLMPolicy", "import_vllm", "sampled_logprobs", "shutdown_llm", "vllm_available"]
 
 Message = dict[str, str]
 
@@ -32,6 +32,35 @@ def vllm_available() -> bool:
     except Exception:
         return False
     return True
+
+
+def import_vllm(needed_by: str, otherwise: str) -> Any:
+    """``import vllm``, or a :class:`BackendError` naming what needs it, the extra to install
+    and ``otherwise``, what to use instead."""
+    try:
+        import vllm
+    except Exception as exc:
+        raise BackendError(
+            f"{needed_by} needs vLLM ({type(exc).__name__}: {exc}); install the extra on a GPU "
+            f"machine (pip install 'agentenvs[vllm]'), or use {otherwise}"
+        ) from exc
+    return vllm
+
+
+def sampled_logprobs(output: Any) -> list[float] | None:
+    """Each sampled token's log-probability from a vLLM ``CompletionOutput`` (None when the
+    request asked for none)."""
+    if output.logprobs is None:
+        return None
+    ids = [int(t) for t in output.token_ids]
+    return [float(step[t].logprob) for step, t in zip(output.logprobs, ids, strict=True)]
+
+
+def shutdown_llm(llm: Any) -> None:
+    """Stop a ``vllm.LLM``'s engine (its workers and memory), where this version can."""
+    shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
+    if callable(shutdown):
+        shutdown()
 
 
 class VLLMPolicy(Policy):
@@ -51,13 +80,7 @@ class VLLMPolicy(Policy):
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(spec or f"vllm:{model}")
-        try:
-            import vllm
-        except Exception as exc:
-            raise BackendError(
-                f"the vllm backend needs vLLM ({type(exc).__name__}: {exc}); install the extra "
-                "on a GPU machine (pip install 'agentenvs[vllm]'), or use hf:<model> (transformers)"
-            ) from exc
+        vllm = import_vllm("the vllm backend", "hf:<model> (transformers)")
         self._vllm = vllm
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         try:
@@ -100,24 +123,15 @@ class VLLMPolicy(Policy):
     @staticmethod
     def _completion(request_output: Any) -> Completion:
         out = request_output.outputs[0]
-        token_ids = [int(t) for t in out.token_ids]
-        logprobs: list[float] | None = None
-        if out.logprobs is not None:
-            logprobs = [
-                float(step[t].logprob) for step, t in zip(out.logprobs, token_ids, strict=True)
-            ]
         return Completion(
             text=out.text,
-            token_ids=token_ids,
-            logprobs=logprobs,
+            token_ids=[int(t) for t in out.token_ids],
+            logprobs=sampled_logprobs(out),
             finish_reason=out.finish_reason,
         )
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is not None:
-            engine = getattr(llm, "llm_engine", None)
-            shutdown = getattr(engine, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+            shutdown_llm(llm)
             self.llm = None

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agents.backends.vllm_backend import import_vllm, sampled_logprobs, shutdown_llm
 from agents.policy import BackendError, Completion, Policy, SamplingParams
 from train.distributed import full_tensor
 from train.rl.batch import prompt_token_ids
@@ -117,13 +118,7 @@ class VLLMRolloutEngine(Policy):
         distributed: bool = False,
     ) -> None:
         super().__init__(f"vllm-engine:{model_path}")
-        try:
-            import vllm
-        except Exception as exc:
-            raise BackendError(
-                f"engine.kind=vllm needs vLLM ({type(exc).__name__}: {exc}); install the extra "
-                "on a GPU machine (pip install 'agentenvs[vllm]'), or use engine.kind=transformers"
-            ) from exc
+        vllm = import_vllm("engine.kind=vllm", "engine.kind=transformers")
         self._vllm = vllm
         self.tokenizer = tokenizer
         self.settings = settings
@@ -200,11 +195,7 @@ class VLLMRolloutEngine(Policy):
 
     def _completion(self, out: Any) -> Completion:
         token_ids = [int(t) for t in out.token_ids]
-        logprobs = (
-            [float(step[t].logprob) for step, t in zip(out.logprobs, token_ids, strict=True)]
-            if out.logprobs is not None
-            else None
-        )
+        logprobs = sampled_logprobs(out)
         finish = "stop" if token_ids and token_ids[-1] in self.stop_ids else "length"
         text_ids = token_ids[:-1] if finish == "stop" else token_ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
@@ -277,12 +268,9 @@ class VLLMRolloutEngine(Policy):
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
-        if llm is None:
-            return
-        shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
-        if callable(shutdown):
-            shutdown()
-        self.llm = None
+        if llm is not None:
+            shutdown_llm(llm)
+            self.llm = None
 
 
 def vllm_policy_factory(model: Any, tokenizer: Any, config: RLConfig) -> VLLMRolloutEngine:
