@@ -373,13 +373,7 @@ def gigpo_advantage(batch: AdvantageBatch, config: GiGPOConfig) -> AdvantageResu
     """GiGPO: A = A_episode + omega * A_step over exact-anchor step groups within task groups."""
     lay = batch._layout
     use_std = config.normalize == "std"
-    episode_adv = group_standardize(
-        lay.episode_rewards(batch),
-        lay.episode_group,
-        lay.n_groups,
-        eps=config.eps,
-        use_std=use_std,
-    )
+    episode_adv = lay.episode_advantages(batch, eps=config.eps, use_std=use_std)
     returns = lay.row_returns(batch, config.gamma)
     roots, n_roots = lay.anchor_groups(batch)
     step_adv = group_standardize(returns, roots, n_roots, eps=config.eps, use_std=use_std)
@@ -391,13 +385,7 @@ def gigpo_advantage(batch: AdvantageBatch, config: GiGPOConfig) -> AdvantageResu
 def ptgpo_advantage(batch: AdvantageBatch, config: PTGPOConfig) -> AdvantageResult:
     """PTGPO: A = A_episode + omega * A^PT, prefix-tree credits per anchor-state group."""
     lay = batch._layout
-    episode_adv = group_standardize(
-        lay.episode_rewards(batch),
-        lay.episode_group,
-        lay.n_groups,
-        eps=config.eps,
-        use_std=True,
-    )
+    episode_adv = lay.episode_advantages(batch, eps=config.eps, use_std=True)
     returns = lay.row_returns(batch, config.gamma)
     roots, n_roots = lay.anchor_groups(batch)
     action_codes, n_actions = factorize(batch.actions)
@@ -513,6 +501,13 @@ class _EpisodeLayout:
     def episode_rewards(self, batch: AdvantageBatch) -> np.ndarray:
         """(E,) R^(i) = sum of the episode's rewards."""
         return self.reward_matrix(batch).sum(axis=1)
+
+    def episode_advantages(self, batch: AdvantageBatch, *, eps: float, use_std: bool) -> np.ndarray:
+        """(E,) A_episode = (R - mean_R) / (std_R + eps) within each task group (without the
+        std: R - mean_R)."""
+        return group_standardize(
+            self.episode_rewards(batch), self.episode_group, self.n_groups, eps=eps, use_std=use_std
+        )
 
     def row_returns(self, batch: AdvantageBatch, gamma: float) -> np.ndarray:
         """(B,) discounted return G_t of each row."""
