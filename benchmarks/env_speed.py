@@ -16,7 +16,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from benchmarks.timing import SpeedRow, format_table
+from benchmarks.timing import SpeedRow, format_table, report
 
 __all__ = ["BENCHES", "run", "main"]
 
@@ -53,10 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no speed benchmark for {unknown}; choose from {sorted(BENCHES)}")
     table = format_table(run(args.env_ids or list(BENCHES), quick=args.quick))
-    print(table)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(table + "\n")
+    report(table, args.out)
     return 0
 
 

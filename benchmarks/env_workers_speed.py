@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.textcraft import TextCraftEnv
+from benchmarks.timing import report
 
 __all__ = [
     "CostlyTextCraft",
@@ -348,10 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "\n\nThe pools' own cost per turn, on a microsecond environment:\n\n"
         + format_transport(measure_transport(transport))
     )
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    report(text, args.out)
     return 0
 
 

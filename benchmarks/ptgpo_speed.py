@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import SpeedRow, format_table, per_call
+from benchmarks.timing import SpeedRow, format_table, per_call, report
 from train.advantages import AdvantageBatch, Step, get_advantage_estimator, ptgpo_advantages
 
 __all__ = ["GROUPS", "EPISODES", "LENGTHS", "corridor_groups", "bench", "growth_rows", "main"]
@@ -182,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         + "biased policy):\n\n"
         + format_growth(growth_rows(quick=args.quick))
     )
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    report(text, args.out)
     return 0
 
 

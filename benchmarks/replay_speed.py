@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.timing import SpeedRow, format_table, median_time
+from benchmarks.timing import SpeedRow, format_table, median_time, report
 from replay.cuts import CutConfig, CutStrategy, queries_for_trajectory
 from replay.io import QUERY_SCHEMA, write_rows
 from replay.query import CutQuery, DroppedCut, build_query, raw_query
@@ -137,10 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows, notes = bench(quick=args.quick)
     text = format_table(rows) + "\n\n" + "\n".join(f"- {n}" for n in notes)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    report(text, args.out)
     return 0
 
 

@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.timing import SpeedRow, format_table
+from benchmarks.timing import SpeedRow, format_table, report
 
 __all__ = ["RolloutSpeed", "main", "measure"]
 
@@ -239,10 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             else "off"
         )
     )
-    print(table + summary)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(table + "\n" + summary + "\n")
+    report(table + "\n" + summary, args.out)
     return 0
 
 

@@ -10,6 +10,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "format_table",
     "median_time",
     "per_call",
+    "report",
     "snapshot_times",
     "step_time_along",
 ]
@@ -123,3 +125,11 @@ def format_table(rows: Sequence[SpeedRow]) -> str:
             f"{_fmt_time(r.baseline_seconds)} | {ratio} | {r.target} | {met} |"
         )
     return "\n".join(lines)
+
+
+def report(text: str, out: Path | None) -> None:
+    """Print a benchmark's result, and write it to ``out`` (a Markdown file) when given."""
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
