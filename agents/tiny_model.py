@@ -56,7 +56,12 @@ class TinyModelSpec:
     seed: int = 0
 
 
-def _train_tokenizer(vocab_size: int, corpus: Sequence[str], added_tokens: Sequence[str]):
+def _train_tokenizer(
+    vocab_size: int,
+    corpus: Sequence[str],
+    added_tokens: Sequence[str],
+    added_words: Sequence[str] = (),
+):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -72,6 +77,8 @@ def _train_tokenizer(vocab_size: int, corpus: Sequence[str], added_tokens: Seque
     tok.train_from_iterator(corpus, trainer=trainer)
     if added_tokens:
         tok.add_tokens([AddedToken(t, single_word=False, normalized=False) for t in added_tokens])
+    if added_words:  # whole words only: "stone" is not cut out of "cobblestone"
+        tok.add_tokens([AddedToken(w, single_word=True, normalized=False) for w in added_words])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -89,11 +96,13 @@ def build_tiny_model(
     *,
     corpus: Sequence[str] | None = None,
     added_tokens: Sequence[str] = (),
+    added_words: Sequence[str] = (),
 ) -> Path:
     """Build (or reuse, if already complete) the tiny model and tokenizer in ``out_dir``.
 
     ``corpus`` is the text the BPE tokenizer is trained on (default: a few kilobytes covering
-    every environment); each of ``added_tokens`` becomes one token (e.g. a long system prompt).
+    every environment); each of ``added_tokens`` becomes one token (e.g. a long system prompt),
+    and so does each of ``added_words`` where it stands as a whole word (e.g. an item name).
     """
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
@@ -104,7 +113,10 @@ def build_tiny_model(
         return out
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer(
-        spec.vocab_size, list(corpus) if corpus is not None else [_CORPUS] * 4, added_tokens
+        spec.vocab_size,
+        list(corpus) if corpus is not None else [_CORPUS] * 4,
+        added_tokens,
+        added_words,
     )
     config = Qwen3Config(
         vocab_size=len(tokenizer),

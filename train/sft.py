@@ -39,6 +39,7 @@ from train.distributed import (
     pad_passes,
     shard_model,
 )
+from train.logits import logits_at
 from train.runtime import (
     MetricsLogger,
     TrainState,
@@ -128,20 +129,50 @@ class SFTExample:
         return sum(1 for t in self.labels if t != IGNORE_INDEX)
 
 
+def training_conversations(traj: Trajectory) -> list[list[dict[str, str]]]:
+    """The conversations SFT trains on for one episode: each reply after exactly the prompt the
+    policy is given at that turn.
+
+    With a chat-style prompt and the whole history that is the episode's message list (one
+    conversation, every reply a label). A template-style prompt (Sokoban, WebShop, ALFWorld
+    under ``ptgpo``: one user message per step that restates the recent history) or a history
+    window gives each turn a prompt that is not a prefix of the next one: one conversation per
+    reply (its prompt, then the reply).
+    """
+    from agents.prompts import UnknownPromptError, env_prompt, prompt_messages
+
+    history, prompt = traj.metadata.get("history"), traj.metadata.get("prompt")
+    try:
+        template = env_prompt(traj.env_id, prompt).style == "template"
+    except UnknownPromptError:
+        return [traj.messages]
+    if not template and history is None:
+        return [traj.messages]
+    out, users = [], 0
+    for i, message in enumerate(traj.messages):
+        users += message["role"] == "user"
+        if message["role"] == "assistant" and i and traj.messages[i - 1]["role"] == "user":
+            head = prompt_messages(traj.env_id, traj.messages, users - 1, history, prompt)
+            out.append([*head, message])
+    return out
+
+
 def build_examples(
     trajectories: Sequence[Trajectory], tokenizer: Any, max_length: int
 ) -> list[SFTExample]:
-    """Render, tokenise and mask each trajectory (those without assistant tokens are dropped)."""
+    """Render, tokenise and mask each trajectory's conversations (:func:`training_conversations`;
+    those without assistant tokens are dropped)."""
     examples = []
     for traj in trajectories:
-        chat = render_chat(tokenizer, traj.messages)
-        labels = [IGNORE_INDEX] * len(chat.token_ids)
-        for span in chat.spans:
-            labels[span.start : span.end] = chat.token_ids[span.start : span.end]
-        ids, labels = chat.token_ids[:max_length], labels[:max_length]
-        example = SFTExample(tuple(ids), tuple(labels), f"{traj.task_id}#{traj.sample_index}")
-        if example.n_label_tokens:
-            examples.append(example)
+        for messages in training_conversations(traj):
+            chat = render_chat(tokenizer, messages)
+            labels = [IGNORE_INDEX] * len(chat.token_ids)
+            for span in chat.spans:
+                labels[span.start : span.end] = chat.token_ids[span.start : span.end]
+            ids, labels = chat.token_ids[:max_length], labels[:max_length]
+            example = SFTExample(tuple(ids), tuple(labels), f"{traj.task_id}#{traj.sample_index}")
+            if example.n_label_tokens:
+                examples.append(example)
     return examples
 
 
@@ -159,15 +190,12 @@ def _collate(examples: Sequence[SFTExample], pad_id: int) -> dict[str, torch.Ten
 
 
 def _token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    shift_logits = logits[:, :-1].float()
-    shift_labels = batch["labels"][:, 1:]
-    return torch.nn.functional.cross_entropy(
-        shift_logits.reshape(-1, shift_logits.size(-1)),
-        shift_labels.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
+    """Summed cross-entropy of the label tokens; logits only where a label is predicted."""
+    targets = batch["labels"][:, 1:]
+    keep = torch.zeros_like(batch["labels"], dtype=torch.bool)
+    keep[:, :-1] = targets != IGNORE_INDEX
+    logits = logits_at(model, batch, keep).float()
+    return torch.nn.functional.cross_entropy(logits, targets[keep[:, :-1]], reduction="sum")
 
 
 def _load_data(config: SFTConfig) -> list[Trajectory]:

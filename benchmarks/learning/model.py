@@ -25,6 +25,7 @@ __all__ = [
     "build_env_model",
     "expert_trajectories",
     "renamed_copies",
+    "textcraft_item_names",
 ]
 
 SHORT_THOUGHT = "I take the next step."
@@ -89,11 +90,17 @@ def build_check_model(
 
 
 def build_env_model(
-    out_dir: str | Path, spec: TinyModelSpec, env_id: str, trajectories: Sequence[Any]
+    out_dir: str | Path,
+    spec: TinyModelSpec,
+    env_id: str,
+    trajectories: Sequence[Any],
+    *,
+    words: Sequence[str] = (),
 ) -> Path:
     """Build (or reuse) a model for any environment: the tokenizer is trained on the messages
     of ``trajectories`` (the SFT data) and the error feedback; the system prompt, if any, is one
-    added token."""
+    added token, and so is each of ``words`` where it stands as a whole word (TextCraft's item
+    names: :func:`textcraft_item_names`)."""
     from agents.prompts import format_error_feedback, system_prompt
     from agents.tiny_model import build_tiny_model
 
@@ -103,7 +110,19 @@ def build_env_model(
     users = [m["content"] for t in trajectories for m in t.messages if m["role"] == "user"]
     added = [system] if system else []
     added += [chunk for chunk in _fixed_chunks(users) if chunk not in added]
-    return build_tiny_model(out_dir, spec, corpus=corpus, added_tokens=added)
+    return build_tiny_model(out_dir, spec, corpus=corpus, added_tokens=added, added_words=words)
+
+
+def textcraft_item_names() -> list[str]:
+    """Every item (and tag) name of TextCraft's recipe database, as observations write them.
+
+    The environment's vocabulary, not a task: one token each in the benchmark's tokenizer, so
+    that copying an item from a recipe is copying one token (as it is for a quantity), and the
+    pool of names for :func:`renamed_copies`. A held-out task's goal and recipes still never
+    occur in the SFT data."""
+    from agentenvs.textcraft.crafting import default_tree, item_id_to_str
+
+    return sorted({item_id_to_str(i) for i in default_tree().itemid_set})
 
 
 def _fixed_chunks(texts: Sequence[str], *, at_least: int = 200) -> list[str]:
@@ -149,15 +168,21 @@ def _item_names(text: str) -> set[str]:
     return names
 
 
-def renamed_copies(trajectories: Sequence[Any], copies: int, seed: int = 0) -> list[Any]:
+def renamed_copies(
+    trajectories: Sequence[Any],
+    copies: int,
+    seed: int = 0,
+    *,
+    pool: Sequence[str] | None = None,
+) -> list[Any]:
     """TextCraft only: ``copies`` copies of each trajectory with its item names consistently
-    replaced by other items' names of the same trajectories (``minecraft:`` ids too).
+    replaced by other names (``minecraft:`` ids too): names from ``pool``, or (None) other
+    items' names of the same trajectories.
 
     The goal then no longer tells the actions: SFT must read the recipe in the observation and
     copy from it, which is what an unseen task needs (a small model trained from scratch on the
-    real episodes alone memorises goal -> actions: docs/learning-check/README.md). Only names of
-    the given (training) trajectories are used; the copies are text for SFT, not environment
-    tasks.
+    real episodes alone memorises goal -> actions: docs/learning-check/README.md). The copies
+    are text for SFT, not environment tasks.
     """
     import copy
     import random
@@ -167,7 +192,9 @@ def renamed_copies(trajectories: Sequence[Any], copies: int, seed: int = 0) -> l
         _item_names("\n".join(m["content"] for m in t.messages if m["role"] == "user"))
         for t in trajectories
     ]
-    pool = sorted(set().union(*names_of)) if names_of else []
+    if pool is None:
+        pool = sorted(set().union(*names_of)) if names_of else []
+    pool = sorted(pool)
     out = []
     for traj, names in zip(trajectories, names_of, strict=True):
         ordered = sorted(names, key=len, reverse=True)

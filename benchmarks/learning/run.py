@@ -96,7 +96,9 @@ def _run_units(
     preset_name: str, out: Path, units: list[tuple[str, int]], jobs: int, desc: str, show: bool
 ) -> None:
     """Run (arm, seed) units, ``jobs`` at a time, each in its own process (one thread each);
-    a unit's output goes to ``OUT/logs/<arm>-seed-<s>.log``."""
+    a unit's output goes to ``OUT/logs/<arm>-seed-<s>.log``. An RL unit starts once its seed's
+    SFT unit is finished (the next ready unit in order takes a free slot, so no core waits for
+    a whole stage to end)."""
     import subprocess
     import sys
 
@@ -106,15 +108,22 @@ def _run_units(
     (out / "logs").mkdir(parents=True, exist_ok=True)
     running: list[tuple[Any, Any, tuple[str, int]]] = []
     failed = []
+
+    def ready(unit: tuple[str, int]) -> bool:
+        return unit[0] == "sft" or (out / "sft" / f"seed-{unit[1]}" / "result.json").is_file()
+
     while todo or running:
-        while todo and len(running) < jobs:
-            arm, seed = todo.pop(0)
+        while len(running) < jobs and any(ready(u) for u in todo):
+            arm, seed = todo.pop(next(i for i, u in enumerate(todo) if ready(u)))
             log = (out / "logs" / f"{arm}-seed-{seed}.log").open("w")
             cmd = [sys.executable, "-m", "benchmarks.learning_check", "--preset", preset_name]
             cmd += ["--out", str(out), "--only", arm, "--seeds", str(seed), "--no-progress"]
             cmd += ["--no-summary"]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             running.append((proc, log, (arm, seed)))
+        if not running and todo:  # what is left waits on an SFT unit that failed
+            failed += [f"{arm}/seed-{seed} (its seed's SFT unit failed)" for arm, seed in todo]
+            break
         time.sleep(1.0)
         for item in list(running):
             proc, log, unit = item
@@ -158,9 +167,9 @@ def run_benchmark(
         if preset_name is None:
             raise ValueError("jobs > 1 runs the units by preset name: pass preset_name")
         seeds = settings.seeds
-        _run_units(preset_name, out, [("sft", s) for s in seeds], jobs, "sft + eval", progress)
-        rl = [(a, s) for a in run_arms if a != "sft" for s in seeds]
-        _run_units(preset_name, out, rl, jobs, "rl arms + eval", progress)
+        units = [("sft", s) for s in seeds]
+        units += [(a, s) for s in seeds for a in run_arms if a != "sft"]
+        _run_units(preset_name, out, units, jobs, "sft, rl arms + eval", progress)
     sft: dict[int, dict[str, Any]] = {}
     bar = _bar(len(settings.seeds), "sft + eval", progress)
     for seed in settings.seeds:

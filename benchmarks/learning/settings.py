@@ -38,6 +38,11 @@ class BenchSettings:
     sft_renamed_copies: int = 0
     """TextCraft: SFT also trains on this many item-renamed copies of each expert episode
     (:func:`benchmarks.learning.model.renamed_copies`)."""
+    item_names: str = "train-tasks"
+    """TextCraft: ``recipe-database``: every item name of the environment's recipe database is
+    one token and the pool of :attr:`sft_renamed_copies`' names
+    (:func:`benchmarks.learning.model.textcraft_item_names`); ``train-tasks``: item names are
+    BPE text and the renamed copies draw from the training tasks' names."""
     sft_steps: int = 150
     sft_lr: float = 3e-3
     sft_batch_size: int = 8
@@ -65,23 +70,36 @@ class BenchSettings:
 
 
 TEXTCRAFT_MODEL = replace(CHECK_MODEL, vocab_size=4096)
-"""A larger vocabulary than the old check's 1024: most item names become one or two tokens,
-which the model has to copy from the recipe (docs/learning-check/README.md)."""
+"""The benchmark's TextCraft model: CHECK_MODEL with a 4096-token BPE vocabulary (plus one
+token per item name with ``item_names="recipe-database"``)."""
 
 PRESETS: dict[str, BenchSettings] = {
-    # the best of what was measured (docs/learning-check/README.md): held-out transfer only
-    # begins after 1200 SFT steps on item-renamed copies
-    "textcraft": BenchSettings(model=TEXTCRAFT_MODEL, sft_renamed_copies=4, sft_steps=1200),
+    # what was measured to transfer to held-out tasks (docs/learning-check/README.md): item
+    # names as single tokens, 16 renamed copies per episode from the recipe database's names,
+    # SFT at lr 1e-2 for 1600 steps
+    "textcraft": BenchSettings(
+        model=TEXTCRAFT_MODEL,
+        item_names="recipe-database",
+        sft_renamed_copies=16,
+        sft_steps=1600,
+        sft_lr=1e-2,
+    ),
     "sokoban": BenchSettings(
         env_id="Sokoban-v0",
         arms=("sft", "grpo", "gigpo", "ptgpo"),
         train_tasks=256,
         eval_per_family={"6x6-1box": 24},
         max_expert_turns=None,
-        sft_steps=300,
+        sft_steps=600,
+        sft_lr=1e-2,
         max_turns=10,
         max_new_tokens=24,
+        # a Sokoban episode is up to 10 training rows (one prompt per step), TextCraft's one:
+        # half the episodes per iteration and half the iterations keep a unit near 6 minutes
+        rl_iterations=10,
         rl_prompts=8,
+        rl_samples=4,
+        eval_every=5,
     ),
     # a minute or two: every stage, two seeds, two RL arms, tiny shapes (make test)
     "smoke": BenchSettings(
@@ -98,6 +116,8 @@ PRESETS: dict[str, BenchSettings] = {
             num_attention_heads=2,
             num_key_value_heads=1,
         ),
+        item_names="recipe-database",
+        sft_renamed_copies=1,
         sft_steps=40,
         eval_n=8,
         max_turns=3,
@@ -113,7 +133,11 @@ PRESETS: dict[str, BenchSettings] = {
         seeds=(0,),
         train_tasks=48,
         eval_per_family={"depth-1": 8, "depth-2": 4},
-        sft_steps=150,
+        model=TEXTCRAFT_MODEL,
+        item_names="recipe-database",
+        sft_renamed_copies=8,
+        sft_steps=600,
+        sft_lr=1e-2,
         rl_iterations=10,
         rl_prompts=8,
         eval_every=5,

@@ -42,7 +42,12 @@ def _finish(path: Path, result: dict[str, Any]) -> dict[str, Any]:
 def data_stage(settings: BenchSettings, out: Path, train_ids: list[str]) -> dict[str, Any]:
     """Expert episodes of ``train_ids`` (``out/expert.jsonl``) and the base model."""
     from agents.trajectory import read_trajectories, write_trajectories
-    from benchmarks.learning.model import build_env_model, expert_trajectories, renamed_copies
+    from benchmarks.learning.model import (
+        build_env_model,
+        expert_trajectories,
+        renamed_copies,
+        textcraft_item_names,
+    )
 
     done = _done(out / "data.json")
     if done is not None:
@@ -52,9 +57,11 @@ def data_stage(settings: BenchSettings, out: Path, train_ids: list[str]) -> dict
     trajs = expert_trajectories(settings.env_id, train_ids)
     write_trajectories(expert, trajs)
     # the tokenizer learns the training tasks' text only (nothing of the held-out tasks)
-    base = build_env_model(out / "base", settings.model, settings.env_id, trajs)
+    items = textcraft_item_names() if settings.item_names == "recipe-database" else []
+    base = build_env_model(out / "base", settings.model, settings.env_id, trajs, words=items)
     sft_data = out / "sft-data.jsonl"
-    write_trajectories(sft_data, trajs + renamed_copies(trajs, settings.sft_renamed_copies))
+    copies = renamed_copies(trajs, settings.sft_renamed_copies, pool=items or None)
+    write_trajectories(sft_data, trajs + copies)
     won = sum(t.won for t in read_trajectories(expert))
     return _finish(
         out / "data.json",

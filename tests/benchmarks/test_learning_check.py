@@ -95,6 +95,39 @@ def test_renamed_copies_keep_the_episode_consistent():
             assert item in names, (item, names)
 
 
+def test_item_names_are_one_token_each_and_the_rename_pool(tmp_path):
+    """With ``item_names="recipe-database"`` every item is one token where it stands as a word
+    (not inside another word), text decodes unchanged, and renamed copies draw from the pool."""
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
+
+    from benchmarks.learning.model import (
+        CHECK_MODEL,
+        _item_names,
+        build_env_model,
+        expert_trajectories,
+        renamed_copies,
+        textcraft_item_names,
+    )
+
+    items = textcraft_item_names()
+    assert {"stone", "cobblestone", "smooth quartz stairs", "redstone torch"} <= set(items)
+    trajs = expert_trajectories("TextCraft-v0", ["agentgym/31", "agentgym/200"])
+    spec = replace(CHECK_MODEL, vocab_size=400)
+    tok = AutoTokenizer.from_pretrained(
+        build_env_model(tmp_path / "m", spec, "TextCraft-v0", trajs, words=items)
+    )
+    for name in ("stone", "cobblestone", "smooth quartz stairs", "redstone torch"):
+        text = f"craft 1 {name} using 2 {name}, 1 stick"
+        pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+        assert pieces.count(name) == 2 and tok.decode(tok(text)["input_ids"]) == text
+    pool = items[::3]
+    for twin in renamed_copies(trajs, 2, seed=3, pool=pool):
+        names = _item_names("\n".join(m["content"] for m in twin.messages if m["role"] == "user"))
+        assert names and names <= set(pool)
+
+
 def test_a_directory_of_other_settings_is_refused(tmp_path):
     (tmp_path / "settings.json").write_text(json.dumps({"env_id": "Sokoban-v0"}))
     with pytest.raises(SystemExit, match="other settings"):

@@ -10,7 +10,15 @@ import torch
 from agents.tiny_model import build_tiny_model
 from agents.trajectory import StepRecord, Trajectory, write_trajectories
 from train.config import ConfigError, load_config
-from train.sft import IGNORE_INDEX, SFTConfig, build_examples, train_sft
+from train.sft import (
+    IGNORE_INDEX,
+    SFTConfig,
+    _collate,
+    _token_loss_sum,
+    build_examples,
+    train_sft,
+    training_conversations,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -89,6 +97,48 @@ def test_labels_cover_exactly_the_assistant_replies(tiny):
         expected += tok(reply, add_special_tokens=False)["input_ids"]
         expected.append(tok.convert_tokens_to_ids("<|im_end|>"))
     assert labelled == expected
+
+
+def test_template_prompt_trains_each_reply_after_its_own_prompt():
+    """Sokoban's prompt is one user message per step restating the history: SFT must train each
+    reply after that message (what the policy is given), not after the whole conversation."""
+    from agentenvs.registration import env_class
+    from agents.policy import make_policy
+    from agents.prompts import prompt_messages
+    from agents.rollout import plan_episodes, run_rollouts
+
+    task = env_class("Sokoban-v0")().task_ids("train")[0]
+    (traj,) = run_rollouts(make_policy("expert"), "Sokoban-v0", plan_episodes([task], 1))
+    conversations = training_conversations(traj)
+    replies = [m for m in traj.messages if m["role"] == "assistant"]
+    assert len(conversations) == len(replies) == traj.turns > 1
+    for turn, (messages, reply) in enumerate(zip(conversations, replies, strict=True)):
+        history = traj.metadata["history"]
+        assert messages[:-1] == prompt_messages("Sokoban-v0", traj.messages, turn, history)
+        assert messages[-1] == reply and [m["role"] for m in messages] == ["user", "assistant"]
+    # a chat-style prompt with the whole history stays one conversation
+    chat = expert_trajectory("agentgym/0")
+    assert training_conversations(chat) == [chat.messages]
+
+
+def test_loss_reads_logits_at_label_positions_only(tiny):
+    """The summed loss equals the cross-entropy of a full forward's logits."""
+    tok = transformers.AutoTokenizer.from_pretrained(tiny)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny).float()
+    examples = build_examples(
+        [expert_trajectory(f"agentgym/{i}") for i in (0, 140)], tok, max_length=10_000
+    )
+    batch = _collate(examples, tok.pad_token_id)
+    with torch.no_grad():
+        ours = _token_loss_sum(model, batch)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        full = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)),
+            batch["labels"][:, 1:].reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="sum",
+        )
+    assert torch.allclose(ours, full, rtol=1e-5)
 
 
 def test_loss_falls_on_a_repeated_batch(tiny, data_file, tmp_path):

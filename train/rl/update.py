@@ -35,7 +35,6 @@ rank's rows and a one-process run of all the rows give the same update (up to fl
 
 from __future__ import annotations
 
-import inspect
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from typing import Any
 import torch
 
 from train.distributed import DistContext, full_tensor, micro_batch_rounds, pad_passes
+from train.logits import logits_at
 from train.losses import (
     PolicyLossConfig,
     RolloutCorrection,
@@ -153,7 +153,7 @@ def token_log_probs(
     targets[:, 0] = False  # token 0 has no predecessor
     keep = torch.zeros_like(targets)
     keep[:, :-1] = targets[:, 1:]  # the logits at column c predict token c + 1
-    logits = _logits_at(model, batch, keep)
+    logits = logits_at(model, batch, keep)
     next_ids = input_ids[:, 1:][keep[:, :-1]]
     picked = logits.gather(-1, next_ids[:, None]).squeeze(-1).float()
     log_norm = torch.logsumexp(logits.float(), dim=-1)
@@ -169,35 +169,6 @@ def token_log_probs(
             ent_full = torch.zeros_like(full).masked_scatter(targets, flat)
             ent = ent_full[:, width_p : width_p + width_l]
     return reply, prefix_lp, ent
-
-
-def _logits_at(model: Any, batch: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
-    """(N, V) logits at the True positions of ``keep`` (B, S), in row-major order."""
-    kwargs = {
-        "input_ids": batch["input_ids"],
-        "attention_mask": batch["attention_mask"],
-        "position_ids": batch["position_ids"],
-        "use_cache": False,
-    }
-    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
-        return model(**kwargs).logits[keep]
-    if _MASK_LOGITS_TO_KEEP:
-        return model(**kwargs, logits_to_keep=keep).logits
-    # older transformers: a 1-D tensor of columns kept for every row (the union), then the mask
-    columns = keep.any(dim=0).nonzero()[:, 0]
-    return model(**kwargs, logits_to_keep=columns).logits[keep[:, columns]]
-
-
-def _mask_logits_to_keep() -> bool:
-    """Whether this transformers takes a (B, S) boolean ``logits_to_keep`` (5.2x and later)."""
-    try:
-        from transformers import modeling_utils
-    except ImportError:
-        return False
-    return hasattr(modeling_utils, "slice_logits_to_keep")
-
-
-_MASK_LOGITS_TO_KEEP = _mask_logits_to_keep()
 
 
 def recompute_old_log_probs(
