@@ -110,6 +110,9 @@ def test_ctrl_c_saves_finished_episodes_and_prints_the_resume_command(tmp_path) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell's background job starts with SIGINT ignored, and Python then installs no
+        # KeyboardInterrupt handler: give the child the default, as a terminal would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
