@@ -9,7 +9,10 @@
 
 ``--embedded`` runs SmolLM2-135M (the ``embedded`` agent) with that agent's backend options
 (:data:`agents.embedded.EMBEDDED_OPTIONS`: bfloat16 matrix products where the CPU has them,
-with SDPA attention; ``decode_attention=bmm``, :mod:`agents.backends.cpu_attention`, is opt-in).
+one-token steps with the two-bmm attention and the system prompt read once per step for the
+whole batch, :mod:`agents.backends.cpu_attention`, and 4-bit decoder weights,
+:mod:`agents.backends.cpu_int4`); ``--opt KEY=VALUE`` overrides one of them, e.g.
+``--opt decode_weights=model --opt decode_attention=sdpa`` for the plain bfloat16 path.
 ``--eval-speedup`` adds the eval-side figure: the same batched episodes decoded with the
 backend's settings before this change (float32, ``decode="plain"``: every row decoding until the
 batch's last one ends, ``torch.multinomial`` draws) and with the current ones, in the same
@@ -315,12 +318,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-turns", type=int, help="replies per episode (default 4)")
     parser.add_argument("--max-new-tokens", type=int, help="tokens per reply (default 48)")
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    parser.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend option over the defaults, e.g. --opt decode_weights=model (repeatable)",
+    )
     args = parser.parse_args(argv)
     options: dict = {}
     if args.embedded:
         from agents.embedded import embedded_model_dir, embedded_options
 
         args.model_dir, options = embedded_model_dir(), embedded_options()
+    for item in args.opt:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--opt takes KEY=VALUE, got {item!r}")
+        options[key] = value
     speed = measure(
         args.quick,
         episodes=args.episodes,

@@ -29,12 +29,28 @@ or softcapping go to transformers' own SDPA function unchanged) and switches a m
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["NAME", "decode_attention", "install", "installable"]
+__all__ = ["NAME", "decode_attention", "install", "installable", "shared_prefix"]
 
 NAME = "agentenvs_cpu_decode"
 _REGISTERED = False
+_PREFIX: list[Any] = [None]  # the shared prefix's (keys, values) per layer, inside shared_prefix()
+
+
+@contextmanager
+def shared_prefix(layers: Sequence[tuple[Any, Any]] | None) -> Iterator[None]:
+    """Inside: every row of a one-token step also attends to ``layers[i]`` = (keys, values)
+    ``[kv_heads, P, dim]`` in layer ``i`` before its own cached positions (the batch's common
+    prompt prefix, kept once instead of once per row: cascade attention). The backend enters
+    it around decoding steps whose cache holds only the positions after that prefix."""
+    _PREFIX[0] = list(layers) if layers is not None else None
+    try:
+        yield
+    finally:
+        _PREFIX[0] = None
 
 
 def decode_attention(
@@ -62,6 +78,8 @@ def decode_attention(
         or kwargs.get("softcap") is not None
         or torch.is_grad_enabled()
     ):
+        if _PREFIX[0] is not None and q_length == 1:
+            raise RuntimeError("a shared prefix is set but this step cannot use the bmm path")
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
@@ -85,9 +103,33 @@ def decode_attention(
             view.masked_fill_(~attention_mask, float("-inf"))
         else:
             view.add_(attention_mask.float())
+    prefix = _PREFIX[0]
+    if prefix is not None:
+        return _with_prefix(query, scores, values, prefix[module.layer_idx], scale), None
     probs = torch.softmax(scores, dim=-1).to(query.dtype).view(batch * kv_heads, groups, width)
     out = torch.bmm(probs, values).view(batch, heads, 1, dim)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _with_prefix(query: Any, scores: Any, values: Any, prefix: Any, scale: float) -> Any:
+    """Cascade attention: one softmax over the shared prefix's and each row's own scores; the
+    prefix's keys and values are read once for all ``batch x heads`` queries."""
+    import torch
+
+    keys_p, values_p = prefix  # [kv_heads, P, dim]
+    batch, kv_heads, groups, width = scores.shape
+    heads, dim, p = kv_heads * groups, query.shape[-1], keys_p.shape[1]
+    q = query.reshape(batch, kv_heads, groups, dim).transpose(0, 1)
+    q = q.reshape(kv_heads, batch * groups, dim)
+    scores_p = torch.bmm(q, keys_p.transpose(1, 2)).float().mul_(scale)
+    scores_p = scores_p.view(kv_heads, batch, groups, p).transpose(0, 1)
+    probs = torch.softmax(torch.cat([scores_p, scores], dim=-1), dim=-1).to(query.dtype)
+    probs_p = probs[..., :p].transpose(0, 1).reshape(kv_heads, batch * groups, p)
+    out_p = torch.bmm(probs_p, values_p).view(kv_heads, batch, groups, dim).transpose(0, 1)
+    probs_s = probs[..., p:].reshape(batch * kv_heads, groups, width)
+    out_s = torch.bmm(probs_s, values).view(batch, kv_heads, groups, dim)
+    out = (out_p.float() + out_s.float()).to(query.dtype).reshape(batch, heads, 1, dim)
+    return out.transpose(1, 2).contiguous()
 
 
 def _whole_buffer(view: Any) -> Any:

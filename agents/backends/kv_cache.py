@@ -50,6 +50,7 @@ __all__ = [
     "default_budget_bytes",
     "make_cache",
     "select_rows",
+    "split_shared_prefix",
     "weights_fingerprint",
     "writes_in_place",
 ]
@@ -279,6 +280,56 @@ def select_rows(cache: Any, index: Any) -> Any:
             pair.append(fresh)
         buffers.append((pair[0], pair[1]))
     return buffer_cache(buffers, layers[0]._n)
+
+
+def split_shared_prefix(
+    cache: Any, attention_mask: Any, shared: int, min_shared: int = 32
+) -> tuple[Any, Any, list[tuple[Any, Any]]] | None:
+    """Cut a right-aligned :func:`buffer_cache` of prompts whose first ``shared`` tokens are the
+    same into (a cache of what follows the prefix, its attention mask, the prefix's keys and
+    values ``[heads, shared, dim]`` per layer) for cascade attention
+    (:func:`agents.backends.cpu_attention.shared_prefix`).
+
+    Row ``r`` (``n_r`` tokens, starting at ``s_r = width - n_r``) keeps its tokens past the
+    prefix at ``[s_r, width - shared)``, so the new mask is the old one's first
+    ``width - shared`` columns. None (keep the cache as it is) when the prefix is shorter than
+    ``min_shared``, the cache is another kind, or the rows' prefix keys are not bit for bit the
+    same (they are when they were copied from one computation, as ``share_prefix`` and the
+    prefix cache do): sharing them then cannot change any row's result beyond the softmax's
+    grouping."""
+    import torch
+
+    layers = getattr(cache, "layers", None)
+    growing = _growing_layer_class()
+    if shared < min_shared or growing is None or not layers:
+        return None
+    if not all(type(layer) is growing for layer in layers):
+        return None
+    width = layers[0]._n
+    starts = (attention_mask.shape[1] - attention_mask.sum(dim=1)).tolist()
+    if attention_mask.shape[1] != width or any(width - s < shared for s in starts):
+        return None
+    prefix = []
+    for layer in layers:
+        pair = []
+        for buffer in (layer._k, layer._v):
+            first = buffer[0, :, starts[0] : starts[0] + shared]
+            for row, start in enumerate(starts[1:], start=1):
+                if not torch.equal(buffer[row, :, start : start + shared], first):
+                    return None
+            pair.append(first.contiguous())
+        prefix.append((pair[0], pair[1]))
+    buffers = []
+    for layer in layers:
+        pair = []
+        for buffer in (layer._k, layer._v):
+            rows, heads, capacity, dim = buffer.shape
+            rest = buffer.new_zeros((rows, heads, capacity - shared, dim))
+            for row, start in enumerate(starts):
+                rest[row, :, start : width - shared] = buffer[row, :, start + shared : width]
+            pair.append(rest)
+        buffers.append((pair[0], pair[1]))
+    return buffer_cache(buffers, width - shared), attention_mask[:, : width - shared], prefix
 
 
 def writes_in_place() -> bool:

@@ -25,7 +25,8 @@ prefix cache, or the batch's common prefix computed once with ``share_prefix``),
 remaining tokens: row by row on CPU (the fast causal attention path) with the caches then
 stacked left-padded, or as one batch on GPU (bases right-aligned and left-padded, the new tokens
 left-padded after them; the attention mask hides the gaps and position ids continue from each
-row's base). Decoding writes into a cache preallocated for ``max_new_tokens`` more positions.
+row's base; :mod:`agents.backends.prefill`). Decoding writes into a cache preallocated for
+``max_new_tokens`` more positions.
 
 Sampling: ``temperature`` 0 is greedy; otherwise logits / temperature, then nucleus (top-p)
 filtering, then a draw from a ``torch.Generator`` seeded by ``SamplingParams.seed`` (when set).
@@ -39,6 +40,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.backends.cpu_attention import install as install_attention
+from agents.backends.cpu_attention import shared_prefix
+from agents.backends.cpu_int4 import decoding as int4_decoding
+from agents.backends.cpu_int4 import install_for as install_int4
 from agents.backends.hf_loading import (
     cpu_has_bf16,
     end_of_reply_ids,
@@ -49,19 +53,18 @@ from agents.backends.hf_loading import (
     sample_next,
 )
 from agents.backends.kv_cache import (
-    MIN_REUSE,
     CachedSequence,
     CacheStats,
     PrefixCache,
-    buffer_cache,
     cache_layers,
     common_prefix_length,
     default_budget_bytes,
-    make_cache,
     select_rows,
+    split_shared_prefix,
     weights_fingerprint,
     writes_in_place,
 )
+from agents.backends.prefill import Layers, PrefillMixin
 from agents.policy import BackendError, Completion, Policy, SamplingParams
 
 if TYPE_CHECKING:
@@ -77,11 +80,9 @@ __all__ = [
 ]
 
 Message = dict[str, str]
-Layers = list[tuple[Any, Any]]
-Base = tuple["Layers | None", int]  # cached keys/values of a row's first n prompt tokens, and n
 
 
-class TransformersPolicy(Policy):
+class TransformersPolicy(PrefillMixin, Policy):
     """A causal LM from a local directory or hub id (``hf:<dir or id>``).
 
     Options: ``device`` (``auto``: CUDA when available, else CPU), ``dtype`` (``auto``:
@@ -104,7 +105,17 @@ class TransformersPolicy(Policy):
     attention with two batched matrix products instead of SDPA's flash kernel (the model's
     attention implementation is switched; 1.3x the embedded model's eval tokens/s), scores
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
-    of 1e-4, :mod:`agents.backends.cpu_attention`; the embedded agent's default).
+    of 1e-4, :mod:`agents.backends.cpu_attention`; the embedded agent's default),
+    ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
+    model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
+    linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
+    Q4_1 model such as the embedded one up to the bfloat16 rounding of its block scales, lossy
+    for others, :mod:`agents.backends.cpu_int4`), ``cascade`` (with ``decode_attention="bmm"``,
+    default True: when every row of a batch starts with the same rendered system message, its
+    keys and values are kept once outside the rows' caches and each decoding step reads them
+    once for all rows, :func:`agents.backends.kv_cache.split_shared_prefix`; the split is the
+    system message's end, fixed by each conversation, so a row's result does not depend on the
+    rest of the batch).
     """
 
     def __init__(
@@ -124,6 +135,8 @@ class TransformersPolicy(Policy):
         num_threads: int | str | None = None,
         decode: str = "fast",
         decode_attention: str = "sdpa",
+        decode_weights: str = "model",
+        cascade: bool | str = True,
         model_obj: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -152,6 +165,12 @@ class TransformersPolicy(Policy):
         self.bmm_attention = (
             decode_attention == "bmm" and not self.plain_decode and install_attention(self.model)
         )
+        self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
+        if decode_weights not in ("model", "int4"):
+            raise ValueError(f"decode_weights must be model or int4, got {decode_weights!r}")
+        self.int4_report = None
+        if decode_weights == "int4" and not self.plain_decode:
+            self.int4_report = install_int4(self.model, model)
         if prefill not in ("auto", "rows", "batch"):
             raise ValueError(f"prefill must be auto, rows or batch, got {prefill!r}")
         self.rowwise_prefill = prefill == "rows" or (
@@ -168,6 +187,8 @@ class TransformersPolicy(Policy):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self._layout: list[tuple[Any, ...]] | None = None  # per-layer KV shapes (probed once)
+        self._system_ids: dict[str, list[int]] = {}  # rendered system messages' tokens
+        self.cascade_rows = 0  # rows decoded with the shared prefix kept once (cascade)
         self.prefix_cache: PrefixCache | None = None
         if _flag(prefix_cache):
             if prefix_cache_mb == "auto":
@@ -231,7 +252,33 @@ class TransformersPolicy(Policy):
         turns on prefix caching across calls for those episodes (module docstring)."""
         sampling = sampling or SamplingParams()
         prompts = [self.prompt_ids(c) for c in conversations]
-        return self.generate_ids(prompts, sampling, keys=keys)
+        shared = None
+        if self.cascade:
+            shared = [
+                self._system_length(c, p) for c, p in zip(conversations, prompts, strict=True)
+            ]
+        return self.generate_ids(prompts, sampling, keys=keys, shared_lengths=shared)
+
+    def _system_length(self, conversation: Sequence[Message], prompt: Sequence[int]) -> int:
+        """How many of ``prompt``'s first tokens are the rendered system message (0 if none, or
+        if its tokens are not a prefix of the prompt): the cascade's shared prefix, fixed by the
+        conversation alone so that a row's result does not depend on the rest of the batch."""
+        if not conversation or conversation[0].get("role") != "system":
+            return 0
+        text = conversation[0].get("content", "")
+        if text not in self._system_ids:
+            rendered = self.tokenizer.apply_chat_template(
+                [conversation[0]],
+                tokenize=False,
+                add_generation_prompt=False,
+                **self.chat_template_kwargs,
+            )
+            ids = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+            if len(self._system_ids) > 64:
+                self._system_ids.clear()
+            self._system_ids[text] = list(ids)
+        ids = self._system_ids[text]
+        return len(ids) if list(prompt[: len(ids)]) == ids else 0
 
     def generate_ids(
         self,
@@ -239,8 +286,12 @@ class TransformersPolicy(Policy):
         sampling: SamplingParams,
         *,
         keys: Sequence[str | None] | None = None,
+        shared_lengths: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """Generate from already tokenized prompts (one :class:`Completion` each, in order)."""
+        """Generate from already tokenized prompts (one :class:`Completion` each, in order).
+        ``shared_lengths``: per prompt, the length of a prefix that the cascade may keep once
+        for the batch when every row has the same one (:meth:`generate` gives the system
+        message's)."""
         import torch
 
         if keys is not None and len(keys) != len(prompts):
@@ -258,8 +309,11 @@ class TransformersPolicy(Policy):
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
+            shared = list(shared_lengths[start:end]) if shared_lengths is not None else None
             out.extend(
-                self._generate_chunk(prompts[start:end], row_keys[start:end], sampling, generator)
+                self._generate_chunk(
+                    prompts[start:end], row_keys[start:end], sampling, generator, shared
+                )
             )
         return out
 
@@ -269,6 +323,7 @@ class TransformersPolicy(Policy):
         keys: Sequence[str | None],
         sampling: SamplingParams,
         generator: Any,
+        shared_lengths: Sequence[int] | None = None,
     ) -> list[Completion]:
         """Prefill, then decode one token per live row per step. Rows that finished are dropped
         from the batch (their caches stored first) once they are a quarter of it, so a long
@@ -286,6 +341,19 @@ class TransformersPolicy(Policy):
             out, attention_mask, position_ids = self._prefill(prompts, bases, steps)
             cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :]
             del out
+            prefix = None
+            shared = shared_lengths[0] if shared_lengths else 0
+            if (
+                self.cascade
+                and steps > 1
+                and shared
+                and all(n == shared for n in shared_lengths or ())
+                and common_prefix_length(prompts) >= shared
+            ):
+                split = split_shared_prefix(cache, attention_mask, shared)
+                if split is not None:
+                    cache, attention_mask, prefix = split
+                    self.cascade_rows += batch
             for step in range(steps):
                 logits = logits.float()
                 next_tokens = sample_next(logits, sampling, generator, plain=self.plain_decode)
@@ -307,7 +375,9 @@ class TransformersPolicy(Policy):
                     smaller = select_rows(cache, keep)
                     if smaller is not None:
                         gone = done.nonzero()[:, 0].tolist()
-                        self._store(prompts, keys, tokens, cache, attention_mask, rows, gone)
+                        self._store(
+                            prompts, keys, tokens, cache, attention_mask, rows, gone, prefix
+                        )
                         cache, rows = smaller, [rows[i] for i in keep.tolist()]
                         next_tokens, done = next_tokens[keep], done[keep]
                         attention_mask, position_ids = attention_mask[keep], position_ids[keep]
@@ -315,198 +385,21 @@ class TransformersPolicy(Policy):
                     [attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1
                 )
                 position_ids = position_ids[:, -1:] + 1
-                out = self.model(
-                    input_ids=next_tokens[:, None],
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    use_cache=True,
-                    **{self._cache_arg: cache},
-                )
+                with int4_decoding(), shared_prefix(prefix):
+                    out = self.model(
+                        input_ids=next_tokens[:, None],
+                        attention_mask=attention_mask,
+                        position_ids=position_ids,
+                        use_cache=True,
+                        **{self._cache_arg: cache},
+                    )
                 cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :]
                 del out
-            self._store(prompts, keys, tokens, cache, attention_mask, rows, list(range(len(rows))))
+            everyone = list(range(len(rows)))
+            self._store(prompts, keys, tokens, cache, attention_mask, rows, everyone, prefix)
         return [self._completion(t, lp) for t, lp in zip(tokens, logprobs, strict=True)]
 
-    # ----- prefill ----------------------------------------------------------------------------
-
-    def _plain_cache(self) -> bool:
-        """Whether the model's KV cache is a plain per-layer one (probed once, one token)."""
-        if self._layout is None:
-            import torch
-
-            with torch.inference_mode():
-                probe = torch.tensor([[self.pad_id]], device=self.device)
-                out = self.model(input_ids=probe, use_cache=True)
-            layers = cache_layers(getattr(out, self._cache_arg)) or []
-            self._layout = [
-                (k.shape[1], k.shape[3], v.shape[1], v.shape[3], k.dtype) for k, v in layers
-            ]
-        return bool(self._layout)
-
-    def _kv_buffers(self, rows: int, capacity: int) -> list[tuple[Any, Any]]:
-        """Zeroed ``[rows, heads, capacity, dim]`` key and value buffers for every layer."""
-        import torch
-
-        assert self._layout, "only for models with plain caches"
-        return [
-            (
-                torch.zeros((rows, kh, capacity, kd), dtype=dtype, device=self.device),
-                torch.zeros((rows, vh, capacity, vd), dtype=dtype, device=self.device),
-            )
-            for kh, kd, vh, vd, dtype in self._layout
-        ]
-
-    def _cached_bases(
-        self, prompts: Sequence[Sequence[int]], keys: Sequence[str | None]
-    ) -> list[Base]:
-        """Each row's longest reusable prefix in the prefix cache (module docstring)."""
-        if self.prefix_cache is None or not self.prefix_cache.entries or not self._plain_cache():
-            bases: list[Base] = [(None, 0)] * len(prompts)
-        else:
-            bases = []
-            for prompt, key in zip(prompts, keys, strict=True):
-                entry, n = self.prefix_cache.match(key, prompt)
-                bases.append((entry.prefix(n), n) if entry is not None else (None, 0))
-        if self.prefix_cache is not None:
-            stats = self.prefix_cache.stats
-            stats.rows += len(prompts)
-            stats.prompt_tokens += sum(len(p) for p in prompts)
-            stats.reused_tokens += sum(n for _, n in bases)
-            stats.rows_reusing += sum(1 for _, n in bases if n)
-        return bases
-
-    def _prefill(
-        self, prompts: Sequence[Sequence[int]], bases: list[Base], max_new_tokens: int
-    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """Run the prompts past their bases; returns (output with cache, mask, position ids)."""
-        plain = self._plain_cache()
-        if plain and self.share_prefix and len(prompts) > 1:
-            bases = self._share_prefix(prompts, bases)
-        if plain and self.rowwise_prefill:
-            return self._prefill_rows(prompts, bases, max_new_tokens)
-        if any(n for _, n in bases):
-            return self._prefill_batch(prompts, bases, max_new_tokens)
-        input_ids, attention_mask = left_pad(prompts, self.pad_id, self.device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            **self._keep_last,
-        )
-        return out, attention_mask, position_ids
-
-    def _share_prefix(self, prompts: Sequence[Sequence[int]], bases: list[Base]) -> list[Base]:
-        """Give every row whose base is shorter than the batch's common prefix that prefix,
-        computed once (extending the longest base that covers part of it)."""
-        shared = common_prefix_length(prompts)
-        if shared < MIN_REUSE or all(n >= shared for _, n in bases):
-            return bases
-        layers, n = max(bases, key=lambda b: b[1])
-        if n >= shared:
-            prefix = [(k[:, :, :shared], v[:, :, :shared]) for k, v in layers]
-        else:
-            prefix = self._extend(layers if n else None, n, prompts[0][n:shared])
-        return [(prefix, shared) if n < shared else (lay, n) for lay, n in bases]
-
-    def _extend(self, layers: Layers | None, start: int, new_tokens: Sequence[int]) -> Layers:
-        """The keys and values of ``layers`` (``start`` positions, or none) plus ``new_tokens``."""
-        import torch
-
-        ids = torch.tensor([list(new_tokens)], dtype=torch.long, device=self.device)
-        positions = torch.arange(start, start + ids.shape[1], device=self.device)[None]
-        kwargs: dict[str, Any] = {"position_ids": positions}
-        if layers is not None:
-            kwargs[self._cache_arg] = make_cache(layers)
-        out = self.model(input_ids=ids, use_cache=True, **kwargs, **self._keep_last)
-        extended = cache_layers(getattr(out, self._cache_arg))
-        assert extended is not None  # only called for models with plain caches
-        return extended
-
-    def _prefill_rows(
-        self, prompts: Sequence[Sequence[int]], bases: list[Base], max_new_tokens: int
-    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """Prefill row by row (each past its base) into one left-padded cache for decoding.
-
-        On CPU a padded batch makes attention take its slow masked path; one row at a time takes
-        the fast causal one (about twice as fast here), and decoding stays batched. Every row is
-        right-aligned in zeroed buffers as wide as the longest prompt plus ``max_new_tokens``
-        (the attention mask hides the pads): its base is copied in, its forward pass writes its
-        new keys in place, and so does every decoding step (no copy of the whole cache).
-        """
-        import torch
-
-        lengths = [len(p) for p in prompts]
-        width = max(lengths)
-        buffers = self._kv_buffers(len(prompts), width + max_new_tokens)
-        logits = []
-        for row, (prompt, (layers, n)) in enumerate(zip(prompts, bases, strict=True)):
-            start = width - len(prompt)
-            views = [
-                (kb[row : row + 1, :, start:], vb[row : row + 1, :, start:]) for kb, vb in buffers
-            ]
-            for (kview, vview), (k, v) in zip(views, layers or [], strict=False):
-                kview[:, :, :n] = k
-                vview[:, :, :n] = v
-            out = self.model(
-                input_ids=torch.tensor([list(prompt[n:])], dtype=torch.long, device=self.device),
-                position_ids=torch.arange(n, len(prompt), device=self.device)[None],
-                use_cache=True,
-                **{self._cache_arg: buffer_cache(views, n)},
-                **self._keep_last,
-            )
-            if not writes_in_place():  # transformers 4.x: copy the row's keys into the buffers
-                row_layers = cache_layers(getattr(out, self._cache_arg)) or []
-                for (kview, vview), (k, v) in zip(views, row_layers, strict=True):
-                    kview[:, :, : len(prompt)] = k
-                    vview[:, :, : len(prompt)] = v
-            logits.append(out.logits[:, -1:, :])
-            del out
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long, device=self.device)
-        for i, n in enumerate(lengths):
-            attention_mask[i, width - n :] = 1
-        position_ids = torch.tensor([[n - 1] for n in lengths], device=self.device)
-        out = _Prefilled(torch.cat(logits, dim=0), buffer_cache(buffers, width), self._cache_arg)
-        return out, attention_mask, position_ids
-
-    def _prefill_batch(
-        self, prompts: Sequence[Sequence[int]], bases: list[Base], max_new_tokens: int
-    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """One padded forward pass of every row's tokens past its base.
-
-        Layout (width ``C + S``): the bases right-aligned in the first ``C`` (the longest base)
-        positions, the rows' new tokens left-padded in the next ``S``; the mask hides both
-        gaps, position ids continue from each row's base length.
-        """
-        import torch
-
-        cached = [n for _, n in bases]
-        width_c = max(cached)
-        suffix_ids, suffix_mask = left_pad(
-            [p[n:] for p, n in zip(prompts, cached, strict=True)], self.pad_id, self.device
-        )
-        width_s = suffix_ids.shape[1]
-        buffers = self._kv_buffers(len(prompts), width_c + width_s + max_new_tokens)
-        base_mask = torch.zeros((len(prompts), width_c), dtype=torch.long, device=self.device)
-        for row, (layers, n) in enumerate(bases):
-            if n:
-                base_mask[row, width_c - n :] = 1
-                for (kbuf, vbuf), (k, v) in zip(buffers, layers, strict=True):
-                    kbuf[row, :, width_c - n : width_c] = k[0]
-                    vbuf[row, :, width_c - n : width_c] = v[0]
-        attention_mask = torch.cat([base_mask, suffix_mask], dim=1)
-        offsets = torch.tensor(cached, device=self.device)[:, None]
-        position_ids = offsets + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=suffix_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            **{self._cache_arg: buffer_cache(buffers, width_c)},
-            **self._keep_last,
-        )
-        return out, attention_mask, position_ids
+    # ----- the prefix cache's entries ------------------------------------------------------
 
     def _store(
         self,
@@ -517,9 +410,13 @@ class TransformersPolicy(Policy):
         attention_mask: torch.Tensor,
         rows: Sequence[int],
         cache_rows: Sequence[int],
+        prefix: Layers | None = None,
     ) -> None:
         """Keep the prompt and fed reply tokens of the keyed rows at ``cache_rows`` of ``cache``
-        (row ``i`` there holds prompt ``rows[i]``) in the prefix cache."""
+        (row ``i`` there holds prompt ``rows[i]``) in the prefix cache; ``prefix``: the shared
+        prefix's keys and values when ``cache`` holds only what follows it."""
+        import torch
+
         if self.prefix_cache is None or not any(keys[rows[i]] is not None for i in cache_rows):
             return
         layers = cache_layers(cache)
@@ -532,13 +429,19 @@ class TransformersPolicy(Policy):
                 continue
             reply = self._completion(list(tokens[rows[i]]), [0.0] * len(tokens[rows[i]]))
             fed = list(prompts[rows[i]]) + list(reply.token_ids or [])[:-1]
-            positions = mask[i].nonzero()[: len(fed), 0]
-            assert len(positions) == len(fed), "every fed token has a cache position"
+            shared = prefix[0][0].shape[1] if prefix else 0
+            positions = mask[i].nonzero()[: len(fed) - shared, 0]
+            assert len(positions) + shared == len(fed), "every fed token has a cache position"
             index = positions.to(self.device)
             entry = [
                 (k[i : i + 1].index_select(2, index), v[i : i + 1].index_select(2, index))
                 for k, v in layers
             ]
+            if prefix:
+                entry = [
+                    (torch.cat([pk[None], k], dim=2), torch.cat([pv[None], v], dim=2))
+                    for (pk, pv), (k, v) in zip(prefix, entry, strict=True)
+                ]
             self.prefix_cache.store(key, CachedSequence(fed, entry))
 
     def _completion(self, token_ids: list[int], logprobs: list[float]) -> Completion:
@@ -564,6 +467,13 @@ class TransformersPolicy(Policy):
             "threads": torch.get_num_threads(),
             "decode": "plain" if self.plain_decode else "fast",
             "decode_attention": "bmm" if self.bmm_attention else "sdpa",
+            "decode_weights": "int4" if self.int4_report else "model",
+            "cascade": self.cascade,
+            **(
+                {"int4_max_relative_error": self.int4_report.max_relative_error}
+                if self.int4_report
+                else {}
+            ),
         }
 
     def close(self) -> None:
@@ -571,14 +481,6 @@ class TransformersPolicy(Policy):
         import gc
 
         gc.collect()
-
-
-class _Prefilled:
-    """A stand-in for a model output after row-wise prefill: last logits and the stacked cache."""
-
-    def __init__(self, logits: Any, cache: Any, cache_arg: str) -> None:
-        self.logits = logits
-        setattr(self, cache_arg, cache)
 
 
 def _flag(value: bool | str) -> bool:

@@ -1,0 +1,206 @@
+"""Decoding steps' weight matrix products with 4-bit weights on CPU (``decode_weights="int4"``).
+
+Why (SmolLM2-135M, bfloat16, one thread, 8 rows of about 1,100 cached tokens): a decoding step
+is memory-bound. It reads every weight once (212 MB of linear layers, 57 MB of the tied
+embedding used as the LM head) and the rows' keys and values (about 200 MB) at the 12-13 GB/s one
+core gets here; the weights' products took about 22 ms of a 50 ms step. PyTorch's CPU kernel for
+4-bit groupwise weights (``aten._weight_int4pack_mm_for_cpu``, bfloat16 activations) reads a
+quarter of the bytes: 60 linear layers of 1536 x 576 took 5.8 ms against 8.7 ms for bfloat16
+``linear`` at 8 rows (2.5 vs 7.7 ms at one row), measured in one process. For many rows
+(prefill) it is slower than oneDNN's bfloat16 GEMM (717 vs 291 ms at 1,000 rows), so calls with
+more than ``max_rows`` rows, and every call outside :func:`decoding` (prefill), keep the
+module's own bfloat16 weight.
+
+Exactness: the embedded model *is* 4-bit. Every linear layer of its GGUF file is Q4_1 (blocks of
+32 along the input dimension, ``w = d * q + m``, ``q`` in 0..15, the block's minimum and maximum
+at ``q = 0`` and ``q = 15``), and the converted directory stores those values in float32. The
+groups here are the same 32-wide blocks with the same min/max rule, so ``q`` is recovered
+exactly; what is rounded is the kernel's per-group scale and zero (bfloat16: the kernel takes
+them in the activations' dtype). For any other float model the same code is a lossy 4-bit
+quantization; :func:`install` returns the largest relative reconstruction error so a caller
+can see which case it is.
+
+Each row's output comes from its own products (a row's tokens do not depend on the batch's other
+rows, bit for bit: the tests check it).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "GROUP_SIZE",
+    "Int4Report",
+    "available",
+    "decoding",
+    "install",
+    "install_for",
+    "quantize_groups",
+]
+
+GROUP_SIZE = 32
+MAX_ROWS = 16
+
+
+@dataclass(frozen=True)
+class Int4Report:
+    """What :func:`install` did: layers switched, and the largest reconstruction error of a
+    weight relative to its row's largest magnitude (before the scales' bfloat16 rounding)."""
+
+    layers: int
+    max_relative_error: float
+
+
+def available() -> bool:
+    """Whether this torch build has the CPU 4-bit weight kernel."""
+    import torch
+
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu"
+    )
+
+
+def quantize_groups(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any, float]:
+    """Asymmetric 4-bit groups along the input dimension: ``w ~ (q - 8) * scale + zero``.
+
+    ``scale = (max - min) / 15``, ``q = round((w - min) / scale)``, ``zero = min + 8 * scale``
+    (Q4_1's rule). Returns (``q`` int32 ``[N, K]``, scales and zeros float32
+    ``[K / group_size, N, 2]``, the largest ``|w - dequantized|`` over each row's ``max |w|``).
+    """
+    import torch
+
+    w = weight.detach().to(torch.float64)
+    n, k = w.shape
+    groups = w.view(n, k // group_size, group_size)
+    low = groups.amin(dim=-1, keepdim=True)
+    high = groups.amax(dim=-1, keepdim=True)
+    scale = (high - low) / 15
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round((groups - low) / safe).clamp_(0, 15)
+    back = q * scale + low
+    row_max = w.abs().amax(dim=1).clamp_min(1e-30)
+    error = ((back - groups).abs().view(n, k).amax(dim=1) / row_max).max().item()
+    zero = low + 8 * scale
+    scales_zeros = torch.cat([scale, zero], dim=-1).transpose(0, 1).contiguous()
+    return q.view(n, k).to(torch.int32), scales_zeros.to(torch.float32), float(error)
+
+
+_DECODING = [0]
+
+
+@contextmanager
+def decoding() -> Iterator[None]:
+    """Inside: calls of switched layers with at most ``max_rows`` rows use the 4-bit copy. The
+    backend enters it for its one-token decoding steps only, so a prompt's prefill always uses
+    the module's own weight whatever its length (a row's result then does not depend on how
+    its prompt was split between a shared prefix and the rest)."""
+    _DECODING[0] += 1
+    try:
+        yield
+    finally:
+        _DECODING[0] -= 1
+
+
+def _forward(self: Any, x: Any) -> Any:
+    import torch
+
+    rows = x.numel() // self.in_features
+    if (
+        _DECODING[0]
+        and rows <= self.int4_max_rows
+        and x.dtype == self.int4_scales.dtype
+        and not torch.is_grad_enabled()
+        and x.device.type == "cpu"
+    ):
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.reshape(rows, self.in_features), self.int4_weight, GROUP_SIZE, self.int4_scales
+        ).view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def _decoder_linears(model: Any) -> list[tuple[str, Any]]:
+    import torch
+
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear)
+        and ".layers." in f".{name}."
+        and module.in_features % GROUP_SIZE == 0
+        and module.weight.device.type == "cpu"
+    ]
+
+
+def _checkpoint_weights(directory: Path, names: set[str]) -> dict[str, Any]:
+    """The float32 tensors among ``names`` in ``directory``'s safetensors files (none if the
+    checkpoint stores another dtype: then the module's weights are quantized)."""
+    import torch
+    from safetensors import safe_open
+
+    found: dict[str, Any] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (a safe_open handle is not a dict)
+                if key in names:
+                    tensor = handle.get_tensor(key)
+                    if tensor.dtype == torch.float32:
+                        found[key] = tensor
+    return found
+
+
+def install_for(model: Any, source: str | Path | None = None) -> Int4Report | None:
+    """:func:`install` when it applies (the kernel exists, the model is bfloat16 on CPU; the
+    kernel's float32 path is far slower than bfloat16 ``linear``), else None. ``source``: the
+    model's directory, whose float32 weights are quantized when it has them."""
+    import torch
+
+    try:
+        param = next(model.parameters())
+    except (StopIteration, AttributeError):
+        return None
+    if not available() or param.device.type != "cpu" or param.dtype != torch.bfloat16:
+        return None
+    linears = _decoder_linears(model)
+    if not linears:
+        return None
+    weights: dict[str, Any] = {}
+    if source and Path(source).is_dir():
+        weights = _checkpoint_weights(Path(source), {f"{n}.weight" for n, _ in linears})
+    return install(model, weights)
+
+
+def install(
+    model: Any,
+    source: Mapping[str, Any] | None = None,
+    *,
+    max_rows: int = MAX_ROWS,
+) -> Int4Report:
+    """Give every ``nn.Linear`` of ``model``'s decoder layers (not the LM head) a 4-bit copy of
+    its weight for calls of at most ``max_rows`` rows. ``source``: float32 weights by parameter
+    name (e.g. the checkpoint's), quantized instead of the module's own, possibly rounded,
+    weight. The parameters and ``state_dict`` are unchanged (the copies are non-persistent
+    buffers)."""
+    import torch
+
+    if not available():
+        raise RuntimeError("this torch build has no _weight_int4pack_mm_for_cpu kernel")
+    layers, worst = 0, 0.0
+    for name, module in _decoder_linears(model):
+        weight = (source or {}).get(f"{name}.weight", module.weight)
+        q, scales_zeros, error = quantize_groups(weight)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        module.register_buffer("int4_weight", packed, persistent=False)
+        module.register_buffer(
+            "int4_scales", scales_zeros.to(module.weight.dtype), persistent=False
+        )
+        module.int4_max_rows = int(max_rows)
+        module.forward = types.MethodType(_forward, module)
+        layers += 1
+        worst = max(worst, error)
+    return Int4Report(layers, worst)

@@ -1,0 +1,181 @@
+"""CPU decoding in bfloat16: 4-bit decoder weights for one-token steps (agents/backends/cpu_int4.py)
+and cascade attention over the batch's shared system prompt (cpu_attention.shared_prefix,
+kv_cache.split_shared_prefix): log-probs close to a teacher-forced pass, a row's result
+independent of the batch bit for bit, the prefix cache across turns unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.backends import cpu_int4
+from agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_in_place
+from agents.backends.transformers_backend import TransformersPolicy
+from agents.policy import SamplingParams
+
+pytestmark = pytest.mark.skipif(not cpu_int4.available(), reason="no CPU int4 kernel in torch")
+
+SYSTEM = {"role": "system", "content": "You are an agent in a text environment. " * 4}
+CONVERSATIONS = [
+    [SYSTEM, {"role": "user", "content": "Goal: craft stick."}],
+    [SYSTEM, {"role": "user", "content": "Goal: craft oak planks from oak logs, please."}],
+    [SYSTEM, {"role": "user", "content": "Inventory: [oak planks] (4)"}],
+]
+GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
+BF16 = {"device": "cpu", "dtype": "bfloat16"}
+
+
+def _forced_diff(policy: TransformersPolicy, conversations, outs) -> float:
+    worst = 0.0
+    for conversation, out in zip(conversations, outs, strict=True):
+        prompt = policy.prompt_ids(conversation)
+        with torch.no_grad():
+            logits = policy.model(torch.tensor([prompt + out.token_ids])).logits[0].float()
+        start = len(prompt) - 1
+        forced = torch.log_softmax(logits[start : start + len(out.token_ids)], -1)
+        forced = forced.gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
+        worst = max(worst, (forced - torch.tensor(out.logprobs)).abs().max().item())
+    return worst
+
+
+@pytest.fixture(scope="module")
+def q4_model_dir(tmp_path_factory):
+    """The tiny model with every decoder linear weight on a Q4_1 grid (as the embedded model's
+    are), saved in float32."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.tiny_model import build_tiny_model
+
+    source = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}.":
+                q, scales_zeros, _ = cpu_int4.quantize_groups(module.weight)
+                scale = scales_zeros[..., 0].T.repeat_interleave(32, dim=1)
+                zero = scales_zeros[..., 1].T.repeat_interleave(32, dim=1)
+                module.weight.copy_((q.float() - 8) * scale + zero)
+    out = tmp_path_factory.mktemp("tiny-q4")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    return out
+
+
+def test_quantize_groups_recovers_a_q4_1_grid_exactly() -> None:
+    d, m = 0.25, -1.5
+    q = torch.tensor([list(range(16)) * 2, [15 - i for i in range(16)] * 2], dtype=torch.int32)
+    weight = q.float() * d + m  # both rows hold q = 0 and q = 15: Q4_1's min/max rule
+    got, scales_zeros, error = cpu_int4.quantize_groups(weight)
+    assert torch.equal(got, q) and error == 0.0
+    assert scales_zeros.shape == (1, 2, 2)
+    assert scales_zeros[0, 0].tolist() == [d, m + 8 * d]  # (q - 8) * scale + zero
+    lossy = cpu_int4.quantize_groups(torch.randn(4, 64))[2]
+    assert 0.0 < lossy < 0.1  # any other weight: a lossy 4-bit copy, reported
+
+
+def test_int4_kernel_multiplies_by_the_dequantized_weight() -> None:
+    weight = torch.randn(48, 64)
+    q, scales_zeros, _ = cpu_int4.quantize_groups(weight)
+    dequantized = (q.float() - 8) * scales_zeros[..., 0].T.repeat_interleave(32, 1)
+    dequantized += scales_zeros[..., 1].T.repeat_interleave(32, 1)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    x = torch.randn(5, 64).bfloat16()
+    got = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, 32, scales_zeros.bfloat16())
+    want = x.float() @ dequantized.T
+    assert (got.float() - want).abs().max() < 0.05 * want.abs().max()
+
+
+def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_dir) -> None:
+    plain = TransformersPolicy(str(q4_model_dir), **BF16, decode_attention="bmm")
+    int4 = TransformersPolicy(
+        str(q4_model_dir), **BF16, decode_attention="bmm", decode_weights="int4"
+    )
+    meta = int4.run_metadata()
+    assert meta["decode_weights"] == "int4" and meta["int4_max_relative_error"] < 1e-6
+    assert plain.run_metadata()["decode_weights"] == "model"
+    state = plain.model.state_dict()
+    assert set(int4.model.state_dict()) == set(state)  # the 4-bit copies are not saved
+    a = plain.generate(CONVERSATIONS, GREEDY)
+    b = int4.generate(CONVERSATIONS, GREEDY)
+    # the first token comes from prefill, which keeps the bfloat16 weights: bit for bit
+    assert [o.logprobs[0] for o in a] == [o.logprobs[0] for o in b]
+    assert _forced_diff(int4, CONVERSATIONS, b) < 0.05
+    for i, conversation in enumerate(CONVERSATIONS):
+        alone = int4.generate([conversation], GREEDY)[0]
+        assert (alone.token_ids, alone.logprobs) == (b[i].token_ids, b[i].logprobs)
+
+
+def test_int4_applies_to_bfloat16_cpu_models_only(tiny_model_dir) -> None:
+    fp32 = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4"
+    )
+    assert fp32.run_metadata()["decode_weights"] == "model"  # float32 kernel: far slower
+    with pytest.raises(ValueError, match="decode_weights"):
+        TransformersPolicy(str(tiny_model_dir), device="cpu", decode_weights="int8")
+
+
+@pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")
+def test_cascade_keeps_log_probs_rows_and_turns(tiny_model_dir) -> None:
+    cascade = TransformersPolicy(str(tiny_model_dir), **BF16, decode_attention="bmm")
+    separate = TransformersPolicy(
+        str(tiny_model_dir), **BF16, decode_attention="bmm", cascade=False
+    )
+    assert cascade.run_metadata()["cascade"] and not separate.run_metadata()["cascade"]
+    sampled = SamplingParams(max_new_tokens=16, seed=7)
+    got = cascade.generate(CONVERSATIONS, sampled)
+    assert cascade.cascade_rows == len(CONVERSATIONS)
+    assert _forced_diff(cascade, CONVERSATIONS, got) < 0.05
+    want = separate.generate(CONVERSATIONS, GREEDY)
+    batched = cascade.generate(CONVERSATIONS, GREEDY)
+    worst = max(
+        abs(x - y)
+        for w, b in zip(want, batched, strict=True)
+        for x, y in zip(w.logprobs, b.logprobs, strict=False)
+    )
+    assert worst < 0.05
+    for i, conversation in enumerate(CONVERSATIONS):  # the split is the system message's end
+        alone = cascade.generate([conversation], GREEDY)[0]
+        assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
+    # a second turn from the prefix cache (stored as prefix + rest) matches one from scratch
+    # (same tokens; log-probs within the bmm path's bfloat16 noise, 0.008 here with or without)
+    keys = [f"episode-{i}" for i in range(len(CONVERSATIONS))]
+    first = cascade.generate(CONVERSATIONS, GREEDY, keys=keys)
+    turn_2 = [
+        [*c, {"role": "assistant", "content": o.text}, {"role": "user", "content": "Got 1 stick"}]
+        for c, o in zip(CONVERSATIONS, first, strict=True)
+    ]
+    cached = cascade.generate(turn_2, GREEDY, keys=keys)
+    assert cascade.cache_stats.reused_tokens > 0
+    cascade.clear_cache()
+    fresh = cascade.generate(turn_2, GREEDY)
+    assert [o.token_ids for o in cached] == [o.token_ids for o in fresh]
+    assert (
+        max(
+            abs(x - y)
+            for c, f in zip(cached, fresh, strict=True)
+            for x, y in zip(c.logprobs, f.logprobs, strict=True)
+        )
+        < 0.05
+    )  # as without the cascade: bmm rounds scores to bfloat16
+
+
+@pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")
+def test_split_shared_prefix_layout() -> None:
+    width, capacity, shared = 6, 9, 3
+    lengths = [6, 4]  # rows right-aligned: row 1 starts at position 2
+    keys = torch.zeros(2, 1, capacity, 1)
+    prefix = torch.tensor([1.0, 2.0, 3.0])
+    keys[0, 0, :3, 0], keys[0, 0, 3:6, 0] = prefix, torch.tensor([10.0, 11.0, 12.0])
+    keys[1, 0, 2:5, 0], keys[1, 0, 5, 0] = prefix, 20.0
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    cache = buffer_cache([(keys, keys.clone())], width)
+    rest, new_mask, layers = split_shared_prefix(cache, mask, shared, min_shared=1)
+    assert layers[0][0][0, :, 0].tolist() == prefix.tolist()
+    k = rest.layers[0]._k
+    assert k.shape == (2, 1, capacity - shared, 1) and rest.layers[0]._n == width - shared
+    assert k[0, 0, :, 0].tolist() == [10.0, 11.0, 12.0, 0, 0, 0]
+    assert k[1, 0, :, 0].tolist() == [0, 0, 20.0, 0, 0, 0]  # row 1 keeps its start
+    assert new_mask.tolist() == [[1, 1, 1], [0, 0, 1]] and sum(lengths) - 2 * shared == 4
+    keys[1, 0, 3, 0] = 2.5  # the rows' prefixes differ: nothing is shared
+    assert split_shared_prefix(buffer_cache([(keys, keys)], width), mask, shared, 1) is None
+    assert split_shared_prefix(cache, mask, shared) is None  # shorter than min_shared
