@@ -33,7 +33,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["NAME", "decode_attention", "install", "installable", "shared_prefix"]
+__all__ = [
+    "NAME",
+    "decode_attention",
+    "install",
+    "installable",
+    "shared_prefix",
+    "uses_bmm_attention",
+]
 
 NAME = "agentenvs_cpu_decode"
 _REGISTERED = False
@@ -148,7 +155,8 @@ def _whole_buffer(view: Any) -> Any:
 
 
 def installable(model: Any) -> bool:
-    """Whether ``model`` runs transformers' SDPA attention in bfloat16/float16 on CPU."""
+    """Whether ``model`` runs transformers' SDPA attention (or already this module's) in
+    bfloat16/float16 on CPU."""
     import torch
 
     try:
@@ -159,9 +167,14 @@ def installable(model: Any) -> bool:
     return (
         param.device.type == "cpu"
         and param.dtype in (torch.bfloat16, torch.float16)
-        and getattr(config, "_attn_implementation", None) == "sdpa"
+        and getattr(config, "_attn_implementation", None) in ("sdpa", NAME)
         and hasattr(model, "set_attn_implementation")
     )
+
+
+def uses_bmm_attention(model: Any) -> bool:
+    """Whether ``model`` was switched to :func:`decode_attention`."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
 
 
 def install(model: Any) -> bool:

@@ -94,11 +94,18 @@ _DECODING = [0]
 
 
 @contextmanager
-def decoding() -> Iterator[None]:
+def decoding(active: bool = True) -> Iterator[None]:
     """Inside: calls of switched layers with at most ``max_rows`` rows use the 4-bit copy. The
     backend enters it for its one-token decoding steps only, so a prompt's prefill always uses
     the module's own weight whatever its length (a row's result then does not depend on how
     its prompt was split between a shared prefix and the rest)."""
+    if not active:  # a policy without 4-bit weights, possibly on a model another one switched
+        saved, _DECODING[0] = _DECODING[0], 0
+        try:
+            yield
+        finally:
+            _DECODING[0] = saved
+        return
     _DECODING[0] += 1
     try:
         yield

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.backends.cpu_attention import install as install_attention
-from agents.backends.cpu_attention import shared_prefix
+from agents.backends.cpu_attention import shared_prefix, uses_bmm_attention
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
 from agents.backends.hf_loading import (
@@ -165,12 +165,15 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.bmm_attention = (
             decode_attention == "bmm" and not self.plain_decode and install_attention(self.model)
         )
+        if not self.bmm_attention and uses_bmm_attention(self.model):
+            self.model.set_attn_implementation("sdpa")  # switched by another policy's option
         self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
         if decode_weights not in ("model", "int4"):
             raise ValueError(f"decode_weights must be model or int4, got {decode_weights!r}")
         self.int4_report = None
         if decode_weights == "int4" and not self.plain_decode:
             self.int4_report = install_int4(self.model, model)
+            self._int4_weights = weights_fingerprint(self.model)
         if prefill not in ("auto", "rows", "batch"):
             raise ValueError(f"prefill must be auto, rows or batch, got {prefill!r}")
         self.rowwise_prefill = prefill == "rows" or (
@@ -300,8 +303,13 @@ class TransformersPolicy(PrefillMixin, Policy):
             )
         if any(len(p) == 0 for p in prompts):
             raise BackendError("an empty prompt cannot be generated from")
+        fingerprint = weights_fingerprint(self.model)
         if self.prefix_cache is not None:
-            self.prefix_cache.check_weights(weights_fingerprint(self.model))
+            self.prefix_cache.check_weights(fingerprint)
+        if self.int4_report is not None and fingerprint != self._int4_weights:
+            # the weights changed (an optimizer step): the 4-bit copies follow them
+            self.int4_report = install_int4(self.model, None)
+            self._int4_weights = fingerprint
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
@@ -385,7 +393,7 @@ class TransformersPolicy(PrefillMixin, Policy):
                     [attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1
                 )
                 position_ids = position_ids[:, -1:] + 1
-                with int4_decoding(), shared_prefix(prefix):
+                with int4_decoding(self.int4_report is not None), shared_prefix(prefix):
                     out = self.model(
                         input_ids=next_tokens[:, None],
                         attention_mask=attention_mask,

@@ -105,6 +105,39 @@ def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_d
         assert (alone.token_ids, alone.logprobs) == (b[i].token_ids, b[i].logprobs)
 
 
+def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
+    policy = TransformersPolicy(
+        str(q4_model_dir), **BF16, decode_attention="bmm", decode_weights="int4"
+    )
+    before = policy.generate(CONVERSATIONS, GREEDY)
+    with torch.no_grad():  # as an optimizer step would: in place, the version counters move
+        for module in policy.model.modules():
+            if hasattr(module, "int4_weight"):
+                module.weight.mul_(-1.0)
+    after = policy.generate(CONVERSATIONS, GREEDY)
+    fresh = TransformersPolicy.from_model(
+        policy.model, policy.tokenizer, decode_attention="bmm", decode_weights="int4"
+    )
+    assert [o.logprobs for o in after] == [
+        o.logprobs for o in fresh.generate(CONVERSATIONS, GREEDY)
+    ]
+    assert [o.logprobs for o in after] != [o.logprobs for o in before]
+    # a plain policy on the same (switched) model uses neither the 4-bit copies nor bmm: it
+    # generates what a plain policy on an untouched copy of the weights does, bit for bit
+    plain = TransformersPolicy.from_model(policy.model, policy.tokenizer)
+    meta = plain.run_metadata()
+    assert (meta["decode_weights"], meta["decode_attention"]) == ("model", "sdpa")
+    untouched = TransformersPolicy(str(q4_model_dir), **BF16)
+    with torch.no_grad():
+        for mine, theirs in zip(
+            untouched.model.parameters(), policy.model.parameters(), strict=True
+        ):
+            mine.copy_(theirs)
+    want = untouched.generate(CONVERSATIONS, GREEDY)
+    got = plain.generate(CONVERSATIONS, GREEDY)
+    assert [o.logprobs for o in got] == [o.logprobs for o in want]
+
+
 def test_int4_applies_to_bfloat16_cpu_models_only(tiny_model_dir) -> None:
     fp32 = TransformersPolicy(
         str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4"
