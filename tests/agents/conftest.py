@@ -86,3 +86,29 @@ def cut_spec(
         **fields,
     }
     return EpisodeSpec(task_id, group_id, sample_index, **settings)
+
+
+SYSTEM = {"role": "system", "content": "You are an agent in a text environment. " * 4}
+CONVERSATIONS = [
+    [SYSTEM, {"role": "user", "content": "Goal: craft stick."}],
+    [SYSTEM, {"role": "user", "content": "Goal: craft oak planks from oak logs, please."}],
+    [SYSTEM, {"role": "user", "content": "Inventory: [oak planks] (4)"}],
+]
+"""Three chat prompts sharing a system message (the backend tests' batch)."""
+
+
+def teacher_forced_diff(policy, conversations, outs) -> float:
+    """The largest gap between a completion's log-probs and those of a teacher-forced forward
+    pass of ``policy.model`` over prompt + completion."""
+    import torch
+
+    worst = 0.0
+    for conversation, out in zip(conversations, outs, strict=True):
+        prompt = policy.prompt_ids(conversation)
+        with torch.no_grad():
+            logits = policy.model(torch.tensor([prompt + out.token_ids])).logits[0].float()
+        start = len(prompt) - 1
+        forced = torch.log_softmax(logits[start : start + len(out.token_ids)], -1)
+        forced = forced.gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
+        worst = max(worst, (forced - torch.tensor(out.logprobs)).abs().max().item())
+    return worst

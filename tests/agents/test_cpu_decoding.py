@@ -13,29 +13,12 @@ from agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_i
 from agents.backends.transformers_backend import TransformersPolicy
 from agents.policy import SamplingParams
 
+from .conftest import CONVERSATIONS, teacher_forced_diff
+
 pytestmark = pytest.mark.skipif(not cpu_int4.available(), reason="no CPU int4 kernel in torch")
 
-SYSTEM = {"role": "system", "content": "You are an agent in a text environment. " * 4}
-CONVERSATIONS = [
-    [SYSTEM, {"role": "user", "content": "Goal: craft stick."}],
-    [SYSTEM, {"role": "user", "content": "Goal: craft oak planks from oak logs, please."}],
-    [SYSTEM, {"role": "user", "content": "Inventory: [oak planks] (4)"}],
-]
 GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
 BF16 = {"device": "cpu", "dtype": "bfloat16"}
-
-
-def _forced_diff(policy: TransformersPolicy, conversations, outs) -> float:
-    worst = 0.0
-    for conversation, out in zip(conversations, outs, strict=True):
-        prompt = policy.prompt_ids(conversation)
-        with torch.no_grad():
-            logits = policy.model(torch.tensor([prompt + out.token_ids])).logits[0].float()
-        start = len(prompt) - 1
-        forced = torch.log_softmax(logits[start : start + len(out.token_ids)], -1)
-        forced = forced.gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
-        worst = max(worst, (forced - torch.tensor(out.logprobs)).abs().max().item())
-    return worst
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +82,7 @@ def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_d
     b = int4.generate(CONVERSATIONS, GREEDY)
     # the first token comes from prefill, which keeps the bfloat16 weights: bit for bit
     assert [o.logprobs[0] for o in a] == [o.logprobs[0] for o in b]
-    assert _forced_diff(int4, CONVERSATIONS, b) < 0.05
+    assert teacher_forced_diff(int4, CONVERSATIONS, b) < 0.05
     for i, conversation in enumerate(CONVERSATIONS):
         alone = int4.generate([conversation], GREEDY)[0]
         assert (alone.token_ids, alone.logprobs) == (b[i].token_ids, b[i].logprobs)
@@ -157,7 +140,7 @@ def test_cascade_keeps_log_probs_rows_and_turns(tiny_model_dir) -> None:
     sampled = SamplingParams(max_new_tokens=16, seed=7)
     got = cascade.generate(CONVERSATIONS, sampled)
     assert cascade.cascade_rows == len(CONVERSATIONS)
-    assert _forced_diff(cascade, CONVERSATIONS, got) < 0.05
+    assert teacher_forced_diff(cascade, CONVERSATIONS, got) < 0.05
     want = separate.generate(CONVERSATIONS, GREEDY)
     batched = cascade.generate(CONVERSATIONS, GREEDY)
     worst = max(

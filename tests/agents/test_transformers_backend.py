@@ -12,25 +12,7 @@ from agents.backends.transformers_backend import TransformersPolicy, left_pad, s
 from agents.policy import SamplingParams
 from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
-SYSTEM = {"role": "system", "content": "You are an agent in a text environment. " * 4}
-CONVERSATIONS = [
-    [SYSTEM, {"role": "user", "content": "Goal: craft stick."}],
-    [SYSTEM, {"role": "user", "content": "Goal: craft oak planks from oak logs, please."}],
-    [SYSTEM, {"role": "user", "content": "Inventory: [oak planks] (4)"}],
-]
-
-
-def _max_diff(policy: TransformersPolicy, conversations, outs) -> float:
-    worst = 0.0
-    for conversation, out in zip(conversations, outs, strict=True):
-        prompt = policy.prompt_ids(conversation)
-        with torch.no_grad():
-            logits = policy.model(torch.tensor([prompt + out.token_ids])).logits[0].float()
-        start = len(prompt) - 1
-        forced = torch.log_softmax(logits[start : start + len(out.token_ids)], -1)
-        forced = forced.gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
-        worst = max(worst, (forced - torch.tensor(out.logprobs)).abs().max().item())
-    return worst
+from .conftest import CONVERSATIONS, SYSTEM, teacher_forced_diff
 
 
 @pytest.mark.parametrize(
@@ -45,7 +27,7 @@ def test_prefill_strategies_match_teacher_forcing(
     )
     outs = policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=12, seed=3))
     assert all(1 <= len(o.token_ids) == len(o.logprobs) <= 12 for o in outs)
-    assert _max_diff(policy, CONVERSATIONS, outs) < 1e-4
+    assert teacher_forced_diff(policy, CONVERSATIONS, outs) < 1e-4
 
 
 def test_greedy_and_seeded_sampling_are_repeatable(tiny_policy) -> None:
@@ -117,7 +99,7 @@ def _same(cached, plain, conversations, *, keys, sampling=GREEDY) -> list:
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     for g, w in zip(got, want, strict=True):
         assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs, strict=True)) < 1e-5
-    assert _max_diff(cached, conversations, got) < 1e-4
+    assert teacher_forced_diff(cached, conversations, got) < 1e-4
     return got
 
 
@@ -242,7 +224,7 @@ def test_changed_weights_drop_the_cache(tiny_model_dir) -> None:
     reused = policy.cache_stats.reused_tokens
     out = policy.generate([conversation], GREEDY, keys=["e"])[0]
     assert policy.cache_stats.reused_tokens == reused and policy.cache_stats.invalidations == 1
-    assert _max_diff(policy, [conversation], [out]) < 1e-4
+    assert teacher_forced_diff(policy, [conversation], [out]) < 1e-4
 
 
 def test_prefix_cache_matching() -> None:
@@ -286,7 +268,9 @@ def test_rows_finishing_early_leave_the_batch_without_changing_any_output(
     batched = policy.generate(CONVERSATIONS, sampled, keys=keys)
     assert len(batched[0].token_ids) == at + 1 and batched[0].finish_reason == "stop"
     assert all(len(o.token_ids) > at + 1 for o in batched[1:])
-    assert _max_diff(policy, CONVERSATIONS, batched) < 1e-4  # the compacted keys are right
+    assert (
+        teacher_forced_diff(policy, CONVERSATIONS, batched) < 1e-4
+    )  # the compacted keys are right
     # the next turn of every episode reuses the stored keys and gives the uncached outputs
     turn_2 = [
         [*c, {"role": "assistant", "content": o.text}, {"role": "user", "content": "Next."}]
@@ -319,7 +303,7 @@ def test_bmm_decode_attention_keeps_log_probs_rows_and_seeds(tiny_model_dir) -> 
     sampled = SamplingParams(max_new_tokens=16, seed=7)
     outs = fast.generate(CONVERSATIONS, sampled)
     assert all(len(o.token_ids) == len(o.logprobs) >= 1 for o in outs)
-    assert _max_diff(fast, CONVERSATIONS, outs) < 0.05
+    assert teacher_forced_diff(fast, CONVERSATIONS, outs) < 0.05
     assert [o.logprobs for o in outs] == [o.logprobs for o in fast.generate(CONVERSATIONS, sampled)]
     greedy = SamplingParams(temperature=0, max_new_tokens=16)
     batched = fast.generate(CONVERSATIONS, greedy)
