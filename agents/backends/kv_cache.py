@@ -293,10 +293,10 @@ def split_shared_prefix(
     Row ``r`` (``n_r`` tokens, starting at ``s_r = width - n_r``) keeps its tokens past the
     prefix at ``[s_r, width - shared)``, so the new mask is the old one's first
     ``width - shared`` columns. None (keep the cache as it is) when the prefix is shorter than
-    ``min_shared``, the cache is another kind, or the rows' prefix keys are not bit for bit the
-    same (they are when they were copied from one computation, as ``share_prefix`` and the
-    prefix cache do): sharing them then cannot change any row's result beyond the softmax's
-    grouping."""
+    ``min_shared``, the cache is another kind, a row's tokens are not one right-aligned block,
+    or the rows' prefix keys are not bit for bit the same (they are when they were copied from
+    one computation, as ``share_prefix`` and the prefix cache do): sharing them then cannot
+    change any row's result beyond the softmax's grouping."""
     import torch
 
     layers = getattr(cache, "layers", None)
@@ -309,6 +309,12 @@ def split_shared_prefix(
     starts = (attention_mask.shape[1] - attention_mask.sum(dim=1)).tolist()
     if attention_mask.shape[1] != width or any(width - s < shared for s in starts):
         return None
+    right_aligned = (
+        torch.arange(width, device=attention_mask.device)[None, :]
+        >= torch.tensor(starts, device=attention_mask.device)[:, None]
+    )
+    if not torch.equal(attention_mask.bool(), right_aligned):
+        return None  # not one block of tokens per row (e.g. a padded batch prefill's gaps)
     prefix = []
     for layer in layers:
         pair = []

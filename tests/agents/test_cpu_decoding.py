@@ -195,3 +195,5 @@ def test_split_shared_prefix_layout() -> None:
     keys[1, 0, 3, 0] = 2.5  # the rows' prefixes differ: nothing is shared
     assert split_shared_prefix(buffer_cache([(keys, keys)], width), mask, shared, 1) is None
     assert split_shared_prefix(cache, mask, shared) is None  # shorter than min_shared
+    gap = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1]])  # a padded batch's layout
+    assert split_shared_prefix(cache, gap, shared, min_shared=1) is None
