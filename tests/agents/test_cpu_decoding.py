@@ -192,8 +192,9 @@ def test_split_shared_prefix_layout() -> None:
     assert k[0, 0, :, 0].tolist() == [10.0, 11.0, 12.0, 0, 0, 0]
     assert k[1, 0, :, 0].tolist() == [0, 0, 20.0, 0, 0, 0]  # row 1 keeps its start
     assert new_mask.tolist() == [[1, 1, 1], [0, 0, 1]] and sum(lengths) - 2 * shared == 4
+    # a padded batch's layout (gaps inside a row): refused, although its keys would match
+    gap = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1]])
+    assert split_shared_prefix(buffer_cache([(keys, keys)], width), gap, shared, 1) is None
     keys[1, 0, 3, 0] = 2.5  # the rows' prefixes differ: nothing is shared
     assert split_shared_prefix(buffer_cache([(keys, keys)], width), mask, shared, 1) is None
     assert split_shared_prefix(cache, mask, shared) is None  # shorter than min_shared
-    gap = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1]])  # a padded batch's layout
-    assert split_shared_prefix(cache, gap, shared, min_shared=1) is None
