@@ -35,16 +35,30 @@ from typing import Any
 
 __all__ = [
     "NAME",
+    "bmm_decoding",
     "decode_attention",
     "install",
     "installable",
     "shared_prefix",
-    "uses_bmm_attention",
 ]
 
 NAME = "agentenvs_cpu_decode"
 _REGISTERED = False
 _PREFIX: list[Any] = [None]  # the shared prefix's (keys, values) per layer, inside shared_prefix()
+_ACTIVE = [False]  # inside bmm_decoding(True)
+
+
+@contextmanager
+def bmm_decoding(active: bool = True) -> Iterator[None]:
+    """Inside (``active``): one-token steps of a switched model take the two-bmm path; outside,
+    or with ``active=False``, every call goes to transformers' SDPA function unchanged. The
+    switch is the model's, the choice the calling policy's: a policy without ``bmm`` on a model
+    another policy switched gets exactly SDPA's results."""
+    saved, _ACTIVE[0] = _ACTIVE[0], bool(active)
+    try:
+        yield
+    finally:
+        _ACTIVE[0] = saved
 
 
 @contextmanager
@@ -77,7 +91,8 @@ def decode_attention(
 
     q_length = query.shape[2]
     if (
-        q_length != 1  # prefill: the float32 softmax over [queries, keys] costs more than SDPA
+        not _ACTIVE[0]
+        or q_length != 1  # prefill: the float32 softmax over [queries, keys] costs more than SDPA
         or query.dtype not in (torch.bfloat16, torch.float16)
         or query.device.type != "cpu"
         or dropout
@@ -170,11 +185,6 @@ def installable(model: Any) -> bool:
         and getattr(config, "_attn_implementation", None) in ("sdpa", NAME)
         and hasattr(model, "set_attn_implementation")
     )
-
-
-def uses_bmm_attention(model: Any) -> bool:
-    """Whether ``model`` was switched to :func:`decode_attention`."""
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
 
 
 def install(model: Any) -> bool:

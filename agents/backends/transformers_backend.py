@@ -39,8 +39,8 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agents.backends.cpu_attention import bmm_decoding, shared_prefix
 from agents.backends.cpu_attention import install as install_attention
-from agents.backends.cpu_attention import shared_prefix, uses_bmm_attention
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
 from agents.backends.hf_loading import (
@@ -165,8 +165,6 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.bmm_attention = (
             decode_attention == "bmm" and not self.plain_decode and install_attention(self.model)
         )
-        if not self.bmm_attention and uses_bmm_attention(self.model):
-            self.model.set_attn_implementation("sdpa")  # switched by another policy's option
         self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
         if decode_weights not in ("model", "int4"):
             raise ValueError(f"decode_weights must be model or int4, got {decode_weights!r}")
@@ -393,7 +391,11 @@ class TransformersPolicy(PrefillMixin, Policy):
                     [attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1
                 )
                 position_ids = position_ids[:, -1:] + 1
-                with int4_decoding(self.int4_report is not None), shared_prefix(prefix):
+                with (
+                    int4_decoding(self.int4_report is not None),
+                    bmm_decoding(self.bmm_attention),
+                    shared_prefix(prefix),
+                ):
                     out = self.model(
                         input_ids=next_tokens[:, None],
                         attention_mask=attention_mask,

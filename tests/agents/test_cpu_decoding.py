@@ -121,6 +121,20 @@ def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
     assert [o.logprobs for o in got] == [o.logprobs for o in want]
 
 
+def test_policies_sharing_a_model_keep_their_own_decoding(q4_model_dir) -> None:
+    """The attention switch and the 4-bit copies live on the model; which path a step takes is
+    the calling policy's option, whatever other policies on the same model chose."""
+    fast = TransformersPolicy(
+        str(q4_model_dir), **BF16, decode_attention="bmm", decode_weights="int4"
+    )
+    before = fast.generate(CONVERSATIONS, GREEDY)
+    plain = TransformersPolicy.from_model(fast.model, fast.tokenizer)
+    plain.generate(CONVERSATIONS, GREEDY)
+    after = fast.generate(CONVERSATIONS, GREEDY)
+    assert [(o.token_ids, o.logprobs) for o in after] == [(o.token_ids, o.logprobs) for o in before]
+    assert fast.cascade_rows == 2 * len(CONVERSATIONS)
+
+
 def test_int4_applies_to_bfloat16_cpu_models_only(tiny_model_dir) -> None:
     fp32 = TransformersPolicy(
         str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4"
