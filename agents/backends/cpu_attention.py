@@ -67,11 +67,11 @@ def shared_prefix(layers: Sequence[tuple[Any, Any]] | None) -> Iterator[None]:
     ``[kv_heads, P, dim]`` in layer ``i`` before its own cached positions (the batch's common
     prompt prefix, kept once instead of once per row: cascade attention). The backend enters
     it around decoding steps whose cache holds only the positions after that prefix."""
-    _PREFIX[0] = list(layers) if layers is not None else None
+    saved, _PREFIX[0] = _PREFIX[0], list(layers) if layers is not None else None
     try:
         yield
     finally:
-        _PREFIX[0] = None
+        _PREFIX[0] = saved
 
 
 def decode_attention(

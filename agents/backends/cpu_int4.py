@@ -90,27 +90,22 @@ def quantize_groups(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any
     return q.view(n, k).to(torch.int32), scales_zeros.to(torch.float32), float(error)
 
 
-_DECODING = [0]
+_DECODING = [False]
 
 
 @contextmanager
 def decoding(active: bool = True) -> Iterator[None]:
-    """Inside: calls of switched layers with at most ``max_rows`` rows use the 4-bit copy. The
-    backend enters it for its one-token decoding steps only, so a prompt's prefill always uses
-    the module's own weight whatever its length (a row's result then does not depend on how
-    its prompt was split between a shared prefix and the rest)."""
-    if not active:  # a policy without 4-bit weights, possibly on a model another one switched
-        saved, _DECODING[0] = _DECODING[0], 0
-        try:
-            yield
-        finally:
-            _DECODING[0] = saved
-        return
-    _DECODING[0] += 1
+    """Inside (``active``): calls of switched layers with at most ``max_rows`` rows use the
+    4-bit copy; with ``active=False`` (a policy without 4-bit weights, possibly on a model
+    another one switched) they use the module's weight. The backend enters it for its
+    one-token decoding steps only, so a prompt's prefill always uses the module's own weight
+    whatever its length (a row's result then does not depend on how its prompt was split
+    between a shared prefix and the rest)."""
+    saved, _DECODING[0] = _DECODING[0], bool(active)
     try:
         yield
     finally:
-        _DECODING[0] -= 1
+        _DECODING[0] = saved
 
 
 def _forward(self: Any, x: Any) -> Any:

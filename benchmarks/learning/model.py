@@ -192,9 +192,7 @@ def renamed_copies(
         _item_names("\n".join(m["content"] for m in t.messages if m["role"] == "user"))
         for t in trajectories
     ]
-    if pool is None:
-        pool = sorted(set().union(*names_of)) if names_of else []
-    pool = sorted(pool)
+    pool = sorted(set().union(*names_of) if pool is None else pool)
     out = []
     for traj, names in zip(trajectories, names_of, strict=True):
         ordered = sorted(names, key=len, reverse=True)
