@@ -27,6 +27,7 @@ from agentenvs.textcraft.crafting import (
     item_id_to_str,
     str_to_item_id,
 )
+from agentenvs.textcraft.renaming import item_renaming
 
 __all__ = [
     "ADAPT_TASKS_RESOURCE",
@@ -43,6 +44,7 @@ __all__ = [
 
 ADAPT_TASKS_RESOURCE = "data/adapt_eval_200.json.gz"
 MAX_DISTRACTORS = 10
+NAMES_MARK = "/names-"  # <task id>/names-<k>: the task under item-name permutation k
 USES_PER_INPUT = 10
 
 # Prefix-GRPO's TextCraft evaluation: 100 AgentGym ids in four depth bands.
@@ -75,12 +77,14 @@ FAILURE_KINDS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class TextCraftTask:
-    """A task: the goal item id and the crafting commands shown at reset, in order."""
+    """A task: the goal item id and the crafting commands shown at reset, in order; ``names``:
+    the item-name permutation it is played under (None: the game's own names)."""
 
     task_id: str
     goal: str
     commands: tuple[str, ...]
     depth: int
+    names: int | None = None
 
     @property
     def family(self) -> str:
@@ -141,11 +145,26 @@ def agentgym_commands(tree: CraftingTree, goal: str, idx: int) -> tuple[str, ...
     return tuple(commands)
 
 
-@lru_cache(maxsize=4096)
-def _load_task(task_id: str) -> TextCraftTask | None:
-    source, _, key = task_id.partition("/")
+def _index(key: str) -> int | None:
     # ASCII digits only (str.isdigit also takes "²"), and no more than int() may convert
     if not (key.isascii() and key.isdigit()) or len(key) > 18 or key != str(int(key)):
+        return None
+    return int(key)
+
+
+@lru_cache(maxsize=4096)
+def _load_task(task_id: str) -> TextCraftTask | None:
+    base_id, renamed, names = task_id.partition(NAMES_MARK)
+    if renamed:
+        seed = _index(names)
+        base = _load_task(base_id)
+        if seed is None or base is None:
+            return None
+        renaming = item_renaming(seed)
+        commands = tuple(map(renaming.command, base.commands))
+        return TextCraftTask(task_id, renaming.item(base.goal), commands, base.depth, seed)
+    source, _, key = task_id.partition("/")
+    if _index(key) is None:
         return None
     tree = default_tree()
     idx = int(key)
@@ -269,6 +288,8 @@ class TextCraftEnv(TextEnv):
     exactly as ADaPT shows it) and ``agentgym/<idx>`` (AgentGym's indexing: goal
     ``idx % 544`` of the depth-sorted goal list, distractors drawn from ``random.Random(idx)``).
     Splits: ``test`` (Prefix-GRPO's 100 ids), ``train`` (the other 444 AgentGym ids), ``adapt``.
+    ``<task id>/names-<k>`` (in no split) is that task with the game's item names permuted by
+    permutation ``k`` (:mod:`agentenvs.textcraft.renaming`): same structure, other labels.
 
     ## Rewards
     1 when the goal is crafted, else 0.
@@ -293,7 +314,11 @@ class TextCraftEnv(TextEnv):
     env_id: ClassVar[str] = "TextCraft-v0"
     splits: ClassVar[tuple[str, ...]] = ("train", "test", "adapt")
     default_max_turns: ClassVar[int] = 30
-    task_id_forms: ClassVar[tuple[str, ...]] = ("adapt/<0-199>", "agentgym/<non-negative int>")
+    task_id_forms: ClassVar[tuple[str, ...]] = (
+        "adapt/<0-199>",
+        "agentgym/<non-negative int>",
+        "<either>/names-<non-negative int>",
+    )
 
     def __init__(self, max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
@@ -351,6 +376,10 @@ class TextCraftEnv(TextEnv):
         return reset_observation(self._task.goal, self._task.commands)
 
     def _use_task(self, task: TextCraftTask) -> None:
+        tree = default_tree() if task.names is None else item_renaming(task.names).tree
+        if tree is not self.tree:
+            self.tree = tree
+            self._items = {}  # (its entries read the tree's tags)
         self._task = task
         self._task_info = (task.task_id, task.family, item_id_to_str(task.goal))
         self._known = ("", None, None)

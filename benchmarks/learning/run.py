@@ -36,9 +36,16 @@ from benchmarks.learning.settings import (
     BenchSettings,
     eval_task_ids,
     preset,
+    rl_task_ids,
     train_task_ids,
 )
-from benchmarks.learning.stages import data_stage, replay_stage, rl_stage, sft_stage
+from benchmarks.learning.stages import (
+    data_stage,
+    replay_stage,
+    rl_stage,
+    rl_teacher_stage,
+    sft_stage,
+)
 
 __all__ = ["main", "run_benchmark"]
 
@@ -64,6 +71,11 @@ def _tasks(settings: BenchSettings, out: Path) -> tuple[list[str], list[str]]:
         json.dumps({"settings": _task_key(settings), "train": train, "eval": evals}, indent=1)
     )
     return train, evals
+
+
+def _rl_base_ids(rl_ids: list[str]) -> list[str]:
+    """The original tasks behind RL's tasks (``<task>/names-<k>`` -> ``<task>``)."""
+    return list(dict.fromkeys(t.partition("/names-")[0] for t in rl_ids))
 
 
 def _task_key(settings: BenchSettings) -> dict[str, Any]:
@@ -160,6 +172,9 @@ def run_benchmark(
     _check_settings(settings, out)
     run_arms = [a for a in settings.arms if only is None or a in only]
     train_ids, eval_ids = _tasks(settings, out)
+    rl_ids = rl_task_ids(settings, train_ids)
+    if set(_rl_base_ids(rl_ids)) & set(eval_ids):
+        raise AssertionError("RL and evaluation tasks overlap")
     data = data_stage(settings, out, train_ids)
     if only is not None and not only:  # report only: nothing runs
         return _write_summary(settings, out, train_ids, eval_ids, start, write_summary)
@@ -178,9 +193,10 @@ def run_benchmark(
     bar.close()
     queries: dict[int, str] = {}
     if "prefix-grpo" in run_arms:
+        teacher = rl_teacher_stage(settings, out, data, rl_ids)
         bar = _bar(len(settings.seeds), "replay", progress)
         for seed in settings.seeds:
-            queries[seed] = replay_stage(out, Path(data["expert"]), sft[seed], seed)["samples"]
+            queries[seed] = replay_stage(out, teacher, sft[seed], seed)["samples"]
             bar.update(1)
         bar.close()
     for arm in run_arms:
@@ -188,7 +204,7 @@ def run_benchmark(
             continue
         bar = _bar(len(settings.seeds), f"rl {arm} + eval", progress)
         for seed in settings.seeds:
-            source = queries[seed] if arm == "prefix-grpo" else train_ids
+            source = queries[seed] if arm == "prefix-grpo" else rl_ids
             rl_stage(settings, out, arm, sft[seed], source, eval_ids, seed)
             bar.update(1)
         bar.close()
@@ -232,6 +248,8 @@ def summarize(
         "schema_version": SCHEMA_VERSION,
         "env_id": settings.env_id,
         "train_task_ids": train_ids,
+        "rl_task_ids": _rl_base_ids(rl_task_ids(settings, train_ids)),
+        "rl_name_permutations": settings.rl_name_permutations,
         "eval_task_ids": eval_ids,
         "settings": settings.to_json(),
         "machine": machine(settings.threads),

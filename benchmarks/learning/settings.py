@@ -16,7 +16,15 @@ from typing import Any
 from agents.tiny_model import TinyModelSpec
 from benchmarks.learning.model import CHECK_MODEL
 
-__all__ = ["ARMS", "PRESETS", "BenchSettings", "preset"]
+__all__ = [
+    "ARMS",
+    "PRESETS",
+    "BenchSettings",
+    "eval_task_ids",
+    "preset",
+    "rl_task_ids",
+    "train_task_ids",
+]
 
 SCHEMA_VERSION = 1
 ARMS = ("sft", "grpo", "gigpo", "ptgpo", "prefix-grpo")
@@ -51,6 +59,13 @@ class BenchSettings:
     """Episodes per evaluation task (n >= k)."""
     max_turns: int = 5
     max_new_tokens: int = 32
+    rl_max_commands: int | None = None
+    """TextCraft: RL plays only the training tasks whose reset lists at most this many crafting
+    commands (None: all of them); see :func:`rl_task_ids`."""
+    rl_name_permutations: int = 0
+    """TextCraft: RL plays each of its tasks under this many item-name permutations
+    (``<task>/names-<k>``, k = 1..N, the same for every seed) instead of under its own names, so
+    that an answer memorised in SFT earns nothing; 0: the tasks as they are."""
     rl_iterations: int = 20
     rl_prompts: int = 12
     rl_samples: int = 8
@@ -77,12 +92,22 @@ PRESETS: dict[str, BenchSettings] = {
     # what was measured to transfer to held-out tasks (docs/learning-check/README.md): item
     # names as single tokens, 16 renamed copies per episode from the recipe database's names,
     # SFT at lr 1e-2 for 1600 steps
+    # RL (every arm alike): the training tasks with at most 3 recipes (on longer lists the SFT
+    # model never succeeds, so every group's reward is 0), each under 16 item-name
+    # permutations (no memorised answer earns a reward), AdamW 3e-4 for 40 iterations
     "textcraft": BenchSettings(
         model=TEXTCRAFT_MODEL,
         item_names="recipe-database",
         sft_renamed_copies=16,
         sft_steps=1600,
         sft_lr=1e-2,
+        rl_max_commands=3,
+        rl_name_permutations=16,
+        rl_optimizer="adamw",
+        rl_lr=3e-4,
+        rl_schedule="constant",
+        rl_iterations=40,
+        eval_every=20,
     ),
     "sokoban": BenchSettings(
         env_id="Sokoban-v0",
@@ -118,6 +143,7 @@ PRESETS: dict[str, BenchSettings] = {
         ),
         item_names="recipe-database",
         sft_renamed_copies=1,
+        rl_name_permutations=2,
         sft_steps=40,
         eval_n=8,
         max_turns=3,
@@ -170,6 +196,27 @@ def train_task_ids(settings: BenchSettings) -> list[str]:
     turns = _expert_turns(settings.env_id, pool)
     kept = [t for t in pool if turns.get(t, 10**9) <= settings.max_expert_turns]
     return kept[: settings.train_tasks]
+
+
+def rl_task_ids(settings: BenchSettings, train_ids: list[str]) -> list[str]:
+    """RL's tasks: ``train_ids`` (the SFT tasks), TextCraft's filtered to at most
+    ``rl_max_commands`` crafting commands and played under ``rl_name_permutations``
+    permutations of the item names (each task's permutations in turn, then the next task)."""
+    if settings.rl_max_commands is None and not settings.rl_name_permutations:
+        return list(train_ids)
+    if settings.env_id != "TextCraft-v0":
+        raise ValueError("rl_max_commands / rl_name_permutations are TextCraft settings")
+    from agentenvs.textcraft import TextCraftEnv
+
+    env = TextCraftEnv()
+    ids = list(train_ids)
+    if settings.rl_max_commands is not None:
+        ids = [t for t in ids if len(env.task(t).commands) <= settings.rl_max_commands]
+    if settings.rl_name_permutations:
+        ids = [f"{t}/names-{k}" for t in ids for k in range(1, settings.rl_name_permutations + 1)]
+    if not ids:
+        raise ValueError(f"no training task has at most {settings.rl_max_commands} commands")
+    return ids
 
 
 def eval_task_ids(settings: BenchSettings) -> list[str]:

@@ -24,7 +24,14 @@ from typing import Any
 
 from benchmarks.learning.settings import BenchSettings
 
-__all__ = ["data_stage", "evaluate_tasks", "replay_stage", "rl_stage", "sft_stage"]
+__all__ = [
+    "data_stage",
+    "evaluate_tasks",
+    "replay_stage",
+    "rl_stage",
+    "rl_teacher_stage",
+    "sft_stage",
+]
 
 
 def _done(path: Path) -> dict[str, Any] | None:
@@ -74,6 +81,24 @@ def data_stage(settings: BenchSettings, out: Path, train_ids: list[str]) -> dict
             "seconds": round(time.perf_counter() - clock, 1),
         },
     )
+
+
+def rl_teacher_stage(
+    settings: BenchSettings, out: Path, data: dict[str, Any], rl_ids: list[str]
+) -> Path:
+    """Prefix-GRPO's teacher trajectories: the expert's episodes of RL's tasks (the data
+    stage's file when RL plays the training tasks themselves, else ``out/rl-expert.jsonl``)."""
+    from agents.trajectory import read_trajectories, write_trajectories
+    from benchmarks.learning.model import expert_trajectories
+
+    if [t.task_id for t in read_trajectories(data["expert"])] == rl_ids:
+        return Path(data["expert"])
+    path = out / "rl-expert.jsonl"
+    if not path.is_file():
+        partial = path.with_suffix(".partial")
+        write_trajectories(partial, expert_trajectories(settings.env_id, rl_ids))
+        partial.replace(path)
+    return path
 
 
 def evaluate_tasks(

@@ -44,6 +44,15 @@ def test_smoke_benchmark_end_to_end_and_resume(tmp_path, capsys):
     env = env_class("TextCraft-v0")()
     assert set(train) <= set(env.task_ids("train")) and set(evals) <= set(env.task_ids("test"))
     assert {env.family(t) for t in evals} == {"depth-1", "depth-2"}
+    # RL (and Prefix-GRPO's teacher) played the training tasks under permuted item names
+    assert summary["rl_task_ids"] == train and summary["rl_name_permutations"] == 2
+    from agents.trajectory import read_trajectories
+
+    teacher = list(read_trajectories(tmp_path / "rl-expert.jsonl"))
+    assert [t.task_id for t in teacher] == [f"{t}/names-{k}" for t in train for k in (1, 2)]
+    assert all(t.won for t in teacher)
+    samples = (tmp_path / "replay/seed-0/samples.jsonl").read_text().splitlines()
+    assert {json.loads(x)["task_id"] for x in samples} <= {t.task_id for t in teacher}
     assert set(summary["per_task"]) == {"sft", "ptgpo", "prefix-grpo"}
     for seeds in summary["per_task"].values():
         assert set(seeds) == {"0", "1"}
@@ -141,3 +150,23 @@ def test_undefined_statistics_are_null_not_nan():
     assert row["mean"] == pytest.approx(0.25) and row["se"] is None and row["n"] == 1
     diff = paired(per_task)["ptgpo"]
     assert diff["mean_diff"] == 0.0 and diff["se"] is None and diff["z"] is None
+
+
+def test_rl_tasks_filtered_by_commands_and_played_under_permuted_names():
+    from agentenvs.textcraft import TextCraftEnv
+    from benchmarks.learning.settings import rl_task_ids
+
+    train = [f"agentgym/{i}" for i in range(31, 61)]
+    assert rl_task_ids(preset("smoke", rl_name_permutations=0), train) == train
+    settings = preset("smoke", rl_max_commands=3, rl_name_permutations=2)
+    ids = rl_task_ids(settings, train)
+    env = TextCraftEnv()
+    short = [t for t in train if len(env.reset(options={"task_id": t})[0].splitlines()) <= 6]
+    assert 0 < len(short) < len(train)  # (3 commands + header, blank line, goal)
+    assert ids == [f"{t}/names-{k}" for t in short for k in (1, 2)]
+    for task_id in ids[:4]:  # real tasks: the same commands' count, other names
+        base = task_id.partition("/names-")[0]
+        assert len(env.task(task_id).commands) == len(env.task(base).commands)
+        assert env.task(task_id).goal != env.task(base).goal
+    with pytest.raises(ValueError, match="TextCraft settings"):
+        rl_task_ids(preset("sokoban", rl_name_permutations=2), ["seed/1"])

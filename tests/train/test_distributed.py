@@ -218,7 +218,9 @@ def test_rl_runs_and_resumes_across_world_sizes(tiny, tmp_path):
         if m["actor/optimizer_steps"] > 0:
             assert torch.isfinite(torch.tensor(m["actor/pg_loss"]))
         else:
-            assert m["actor/skipped_steps"] > 0 and m["batch/zero_advantage_rows"] == m["batch/rows"]
+            assert (
+                m["actor/skipped_steps"] > 0 and m["batch/zero_advantage_rows"] == m["batch/rows"]
+            )
     worlds = [
         torch.load(out / f"checkpoints/step-000000{s}/trainer_state.pt", weights_only=False)[
             "world_size"
