@@ -195,7 +195,7 @@ def renamed_copies(
     pool = sorted(set().union(*names_of) if pool is None else pool)
     out = []
     for traj, names in zip(trajectories, names_of, strict=True):
-        ordered = sorted(names, key=len, reverse=True)
+        ordered = sorted(names, key=lambda name: (-len(name), name))  # (not set order)
         for _ in range(copies):
             new = rng.sample(pool, len(ordered)) if len(pool) >= len(ordered) else ordered
             mapping = dict(zip(ordered, new, strict=True))

@@ -178,6 +178,8 @@ def run_benchmark(
     data = data_stage(settings, out, train_ids)
     if only is not None and not only:  # report only: nothing runs
         return _write_summary(settings, out, train_ids, eval_ids, start, write_summary)
+    if "prefix-grpo" in run_arms:  # before the units, which all read it
+        teacher = rl_teacher_stage(settings, out, data, rl_ids)
     if jobs > 1:
         if preset_name is None:
             raise ValueError("jobs > 1 runs the units by preset name: pass preset_name")
@@ -193,7 +195,6 @@ def run_benchmark(
     bar.close()
     queries: dict[int, str] = {}
     if "prefix-grpo" in run_arms:
-        teacher = rl_teacher_stage(settings, out, data, rl_ids)
         bar = _bar(len(settings.seeds), "replay", progress)
         for seed in settings.seeds:
             queries[seed] = replay_stage(out, teacher, sft[seed], seed)["samples"]

@@ -18,6 +18,7 @@ the run's seed (the same episodes' sampling seeds for every arm of one seed) and
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -94,8 +95,8 @@ def rl_teacher_stage(
     if [t.task_id for t in read_trajectories(data["expert"])] == rl_ids:
         return Path(data["expert"])
     path = out / "rl-expert.jsonl"
-    if not path.is_file():
-        partial = path.with_suffix(".partial")
+    if not path.is_file():  # (two units may write it at once: each its own partial file)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
         write_trajectories(partial, expert_trajectories(settings.env_id, rl_ids))
         partial.replace(path)
     return path

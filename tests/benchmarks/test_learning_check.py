@@ -170,3 +170,28 @@ def test_rl_tasks_filtered_by_commands_and_played_under_permuted_names():
         assert env.task(task_id).goal != env.task(base).goal
     with pytest.raises(ValueError, match="TextCraft settings"):
         rl_task_ids(preset("sokoban", rl_name_permutations=2), ["seed/1"])
+
+
+def test_renamed_copies_do_not_depend_on_the_hash_seed():
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from benchmarks.learning.model import expert_trajectories, renamed_copies, "
+        "textcraft_item_names\n"
+        "trajs = expert_trajectories('TextCraft-v0', [f'agentgym/{i}' for i in range(31, 37)])\n"
+        "copies = renamed_copies(trajs, 3, seed=5, pool=textcraft_item_names())\n"
+        "print(json.dumps([[m['content'] for m in t.messages] for t in copies]))\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": str(h)},
+        ).stdout
+        for h in (1, 2, 3)
+    }
+    assert len(outputs) == 1  # (it was not: names of equal length kept set order)

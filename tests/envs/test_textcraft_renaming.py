@@ -162,3 +162,12 @@ def test_renamed_names_are_item_names():
     for line in obs.splitlines()[1:-2]:
         out, inputs = re.fullmatch(r"craft \d+ (.+?) using (.+)", line).groups()
         assert out in names and all(p.split(" ", 1)[1] in names for p in inputs.split(", "))
+
+
+def test_every_task_has_a_renamed_form():
+    env = TextCraftEnv()
+    ids = env.all_task_ids()
+    for task_id in ids:
+        base, renamed = env.task(task_id), env.task(f"{task_id}/names-11")
+        assert len(renamed.commands) == len(base.commands) and renamed.depth == base.depth
+    assert len(ids) == 744
