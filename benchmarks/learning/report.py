@@ -122,6 +122,14 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"machine: {summary['machine']['cpu_model']}, torch {summary['machine']['torch_version']}"
         f", {summary['machine']['torch_threads']} thread(s).",
         "",
+    ]
+    train, rl_tasks = summary["train_task_ids"], summary.get("rl_task_ids")
+    names = summary.get("rl_name_permutations") or 0
+    if (rl_tasks is not None and rl_tasks != train) or names:
+        which = "the training tasks" if rl_tasks in (None, train) else f"{len(rl_tasks)} of them"
+        under = f", each under {names} permutations of the item names" if names else ""
+        lines += [f"RL tasks: {which}{under}.", ""]
+    lines += [
         f"| arm | Avg@{k} (mean +- SE over seeds) | Pass@{k} | per seed Avg@{k} |",
         "|---|---|---|---|",
     ]

@@ -92,7 +92,9 @@ def _check_settings(settings: BenchSettings, out: Path) -> None:
     path = out / "settings.json"
     mine = {k: v for k, v in settings.to_json().items() if k not in ("arms", "seeds", "threads")}
     if path.is_file():
-        theirs = json.loads(path.read_text())
+        # a field added later, missing from an older run's file, had its default's behaviour
+        defaults = json.loads(json.dumps(BenchSettings().to_json()))
+        theirs = {k: v for k, v in defaults.items() if k in mine} | json.loads(path.read_text())
         if theirs != json.loads(json.dumps(mine)):
             diff = sorted(k for k in mine if theirs.get(k) != json.loads(json.dumps(mine[k])))
             raise SystemExit(

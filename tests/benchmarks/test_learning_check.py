@@ -143,6 +143,18 @@ def test_a_directory_of_other_settings_is_refused(tmp_path):
         run_benchmark(preset("smoke"), tmp_path, progress=False)
 
 
+def test_an_older_run_without_a_later_field_is_its_default(tmp_path):
+    from benchmarks.learning.run import _check_settings
+
+    settings = preset("sokoban")
+    older = {k: v for k, v in settings.to_json().items() if k not in ("arms", "seeds", "threads")}
+    del older["rl_name_permutations"], older["rl_max_commands"]  # fields added later
+    (tmp_path / "settings.json").write_text(json.dumps(older))
+    _check_settings(settings, tmp_path)  # the defaults: the same run
+    with pytest.raises(SystemExit, match="rl_name_permutations"):
+        _check_settings(preset("sokoban", rl_name_permutations=2), tmp_path)
+
+
 def test_undefined_statistics_are_null_not_nan():
     # one seed: no standard error; identical scores: a zero SE gives no z score
     per_task = {"sft": {"0": {"a": [1, 4]}}, "ptgpo": {"0": {"a": [1, 4]}}}
@@ -173,6 +185,7 @@ def test_rl_tasks_filtered_by_commands_and_played_under_permuted_names():
 
 
 def test_renamed_copies_do_not_depend_on_the_hash_seed():
+    import os
     import subprocess
     import sys
 
@@ -190,7 +203,7 @@ def test_renamed_copies_do_not_depend_on_the_hash_seed():
             capture_output=True,
             text=True,
             check=True,
-            env={**__import__("os").environ, "PYTHONHASHSEED": str(h)},
+            env=dict(os.environ, PYTHONHASHSEED=str(h)),
         ).stdout
         for h in (1, 2, 3)
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -69,7 +70,7 @@ def test_permutation_is_the_same_in_another_process():
             capture_output=True,
             text=True,
             check=True,
-            env={"PYTHONHASHSEED": str(h)},
+            env=dict(os.environ, PYTHONHASHSEED=str(h)),
         ).stdout
         for h in (1, 2)
     }
