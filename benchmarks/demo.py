@@ -137,6 +137,14 @@ def learning_demo(
         f"teacher trajectories: {data['expert_episodes']} expert episodes of "
         f"{len(summary['train_task_ids'])} training tasks ({data['expert_won']} won)"
     )
+    if settings.rl_name_permutations:
+        limit = settings.rl_max_commands
+        which = f" (at most {limit} recipes)" if limit is not None else ""
+        print(
+            f"RL tasks: {len(summary['rl_task_ids'])} of them{which}, each under "
+            f"{settings.rl_name_permutations} permutations of the item names; Prefix-GRPO's "
+            "teacher trajectories: the expert's episodes of those"
+        )
     for seed in settings.seeds:
         replay = json.loads((out / "replay" / f"seed-{seed}" / "result.json").read_text())
         print(

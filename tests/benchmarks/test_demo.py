@@ -35,6 +35,7 @@ def test_learning_demo_runs_the_pipeline_on_held_out_tasks(tmp_path, capsys) -> 
     summary = learning_demo(tmp_path, settings=settings, progress=False)
     printed = capsys.readouterr().out
     assert "teacher trajectories: 12 expert episodes" in printed
+    assert "RL tasks: 12 of them, each under 2 permutations of the item names" in printed
     assert "cut-state queries (seed 0)" in printed and "validated" in printed
     assert "| prefix-grpo |" in printed and "| sft |" in printed
     assert not set(summary["train_task_ids"]) & set(summary["eval_task_ids"])
