@@ -91,10 +91,10 @@ token per item name with ``item_names="recipe-database"``)."""
 PRESETS: dict[str, BenchSettings] = {
     # what was measured to transfer to held-out tasks (docs/learning-check/README.md): item
     # names as single tokens, 16 renamed copies per episode from the recipe database's names,
-    # SFT at lr 1e-2 for 1600 steps
-    # RL (every arm alike): the training tasks with at most 3 recipes (on longer lists the SFT
-    # model never succeeds, so every group's reward is 0), each under 16 item-name
-    # permutations (no memorised answer earns a reward), AdamW 3e-4 for 40 iterations
+    # SFT at lr 1e-2 for 1600 steps; RL (every arm alike) on the training tasks with at most 3
+    # recipes (on longer lists the SFT model never succeeds: every group's reward is 0), each
+    # under 16 item-name permutations (no memorised answer earns a reward), AdamW 3e-4, 40
+    # iterations
     "textcraft": BenchSettings(
         model=TEXTCRAFT_MODEL,
         item_names="recipe-database",
