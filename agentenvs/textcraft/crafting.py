@@ -238,6 +238,38 @@ class CraftingTree:
             self.itemid_set.add(tag)
             self.tag_set.discard(tag)
 
+    def relabeled(self, ids: Mapping[str, str]) -> CraftingTree:
+        """A copy with every item and tag id ``x`` replaced by ``ids.get(x, x)``.
+
+        Relabelled after loading (not rebuilt from renamed recipe files), so the loading rules
+        that read names (load order, ``*_block`` recipes left out) keep this tree's structure;
+        every index keeps its order."""
+
+        def name(x: str | None) -> str | None:
+            return None if x is None else ids.get(x, x)
+
+        def stack(s: ItemCount) -> ItemCount:
+            tag = s.item_tag
+            return ItemCount(ItemTag(tag=name(tag.tag), item_id=name(tag.item_id)), s.count)
+
+        done: dict[int, Recipe] = {}  # one new Recipe per old one, shared by both indexes
+
+        def recipe(r: Recipe) -> Recipe:
+            new = done.get(id(r))
+            if new is None:
+                new = done[id(r)] = Recipe(tuple(map(stack, r.input_items)), stack(r.output_item))
+            return new
+
+        out = CraftingTree.__new__(CraftingTree)
+        out.itemid_recipes = {name(k): [*map(recipe, v)] for k, v in self.itemid_recipes.items()}
+        out.tag_recipes = {name(k): [*map(recipe, v)] for k, v in self.tag_recipes.items()}
+        out.tag_set = {name(x) for x in self.tag_set}
+        out.itemid_set = {name(x) for x in self.itemid_set}
+        out.item_id_to_tag = {name(k): name(v) for k, v in self.item_id_to_tag.items()}
+        out._transitive = {name(k): {name(x) for x in v} for k, v in self._transitive.items()}
+        out._min_depth = {}
+        return out
+
     # ----- queries ---------------------------------------------------------------------------
 
     def is_craftable(self, name: str) -> bool:

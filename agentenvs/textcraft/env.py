@@ -27,7 +27,7 @@ from agentenvs.textcraft.crafting import (
     item_id_to_str,
     str_to_item_id,
 )
-from agentenvs.textcraft.renaming import item_renaming
+from agentenvs.textcraft.renaming import NAMES_MARK, item_renaming
 
 __all__ = [
     "ADAPT_TASKS_RESOURCE",
@@ -44,7 +44,6 @@ __all__ = [
 
 ADAPT_TASKS_RESOURCE = "data/adapt_eval_200.json.gz"
 MAX_DISTRACTORS = 10
-NAMES_MARK = "/names-"  # <task id>/names-<k>: the task under item-name permutation k
 USES_PER_INPUT = 10
 
 # Prefix-GRPO's TextCraft evaluation: 100 AgentGym ids in four depth bands.
@@ -164,10 +163,10 @@ def _load_task(task_id: str) -> TextCraftTask | None:
         commands = tuple(map(renaming.command, base.commands))
         return TextCraftTask(task_id, renaming.item(base.goal), commands, base.depth, seed)
     source, _, key = task_id.partition("/")
-    if _index(key) is None:
+    idx = _index(key)
+    if idx is None:
         return None
     tree = default_tree()
-    idx = int(key)
     if source == "adapt":
         tasks = adapt_tasks()
         if idx >= len(tasks):

@@ -25,52 +25,28 @@ from functools import lru_cache
 
 from agentenvs.textcraft.crafting import (
     CraftingTree,
-    ItemCount,
-    ItemTag,
-    Recipe,
     default_tree,
     item_id_to_str,
     str_to_item_id,
 )
 
-__all__ = ["ItemRenaming", "item_renaming", "relabeled_tree"]
+__all__ = ["NAMES_MARK", "ItemRenaming", "item_renaming", "original_task_id", "renamed_task_id"]
+
+NAMES_MARK = "/names-"  # <task id>/names-<k>: the task under item-name permutation k
 
 _COMMAND_RE = re.compile(r"craft (\d+) (.+?) using (.+)")
 _STACK_RE = re.compile(r"(\d+) (.+)")
 
 
-def relabeled_tree(tree: CraftingTree, ids: Mapping[str, str]) -> CraftingTree:
-    """A copy of ``tree`` with every item and tag id ``x`` replaced by ``ids.get(x, x)``.
+def renamed_task_id(task_id: str, k: int) -> str:
+    """``task_id`` under item-name permutation ``k``: ``<task id>/names-<k>``."""
+    return f"{task_id}{NAMES_MARK}{k}"
 
-    The tree is relabelled after loading (not rebuilt from renamed recipe files), so the
-    loading rules that read names (load order, ``*_block`` recipes left out) keep the original
-    structure; every index keeps its order."""
 
-    def name(x: str | None) -> str | None:
-        return None if x is None else ids.get(x, x)
-
-    def stack(s: ItemCount) -> ItemCount:
-        return ItemCount(
-            ItemTag(tag=name(s.item_tag.tag), item_id=name(s.item_tag.item_id)), s.count
-        )
-
-    done: dict[int, Recipe] = {}  # one new Recipe per old one, shared by both indexes
-
-    def recipe(r: Recipe) -> Recipe:
-        new = done.get(id(r))
-        if new is None:
-            new = done[id(r)] = Recipe(tuple(map(stack, r.input_items)), stack(r.output_item))
-        return new
-
-    out = CraftingTree.__new__(CraftingTree)
-    out.itemid_recipes = {name(k): list(map(recipe, v)) for k, v in tree.itemid_recipes.items()}
-    out.tag_recipes = {name(k): list(map(recipe, v)) for k, v in tree.tag_recipes.items()}
-    out.tag_set = {name(x) for x in tree.tag_set}
-    out.itemid_set = {name(x) for x in tree.itemid_set}
-    out.item_id_to_tag = {name(k): name(v) for k, v in tree.item_id_to_tag.items()}
-    out._transitive = {name(k): {name(x) for x in v} for k, v in tree._transitive.items()}
-    out._min_depth = {}
-    return out
+def original_task_id(task_id: str) -> str:
+    """The task behind a renamed one (``<task id>/names-<k>`` -> ``<task id>``); others as they
+    are."""
+    return task_id.partition(NAMES_MARK)[0]
 
 
 @dataclass(frozen=True)
@@ -113,4 +89,4 @@ def item_renaming(seed: int) -> ItemRenaming:
         shown = list(group)
         rng.shuffle(shown)
         ids.update(zip(group, shown, strict=True))
-    return ItemRenaming(seed, ids, relabeled_tree(tree, ids))
+    return ItemRenaming(seed, ids, tree.relabeled(ids))

@@ -75,7 +75,9 @@ def _tasks(settings: BenchSettings, out: Path) -> tuple[list[str], list[str]]:
 
 def _rl_base_ids(rl_ids: list[str]) -> list[str]:
     """The original tasks behind RL's tasks (``<task>/names-<k>`` -> ``<task>``)."""
-    return list(dict.fromkeys(t.partition("/names-")[0] for t in rl_ids))
+    from agentenvs.textcraft.renaming import original_task_id
+
+    return list(dict.fromkeys(map(original_task_id, rl_ids)))
 
 
 def _task_key(settings: BenchSettings) -> dict[str, Any]:

@@ -88,6 +88,16 @@ TEXTCRAFT_MODEL = replace(CHECK_MODEL, vocab_size=4096)
 """The benchmark's TextCraft model: CHECK_MODEL with a 4096-token BPE vocabulary (plus one
 token per item name with ``item_names="recipe-database"``)."""
 
+TEXTCRAFT_RL: dict[str, Any] = {
+    "rl_max_commands": 3,
+    "rl_name_permutations": 16,
+    "rl_optimizer": "adamw",
+    "rl_lr": 3e-4,
+    "rl_schedule": "constant",
+}
+"""TextCraft's RL setting (the ``textcraft`` and ``demo`` presets): the training tasks with at
+most 3 recipes, each under 16 item-name permutations, AdamW 3e-4 at a constant rate."""
+
 PRESETS: dict[str, BenchSettings] = {
     # what was measured to transfer to held-out tasks (docs/learning-check/README.md): item
     # names as single tokens, 16 renamed copies per episode from the recipe database's names,
@@ -101,11 +111,7 @@ PRESETS: dict[str, BenchSettings] = {
         sft_renamed_copies=16,
         sft_steps=1600,
         sft_lr=1e-2,
-        rl_max_commands=3,
-        rl_name_permutations=16,
-        rl_optimizer="adamw",
-        rl_lr=3e-4,
-        rl_schedule="constant",
+        **TEXTCRAFT_RL,
         rl_iterations=40,
         eval_every=20,
     ),
@@ -164,11 +170,7 @@ PRESETS: dict[str, BenchSettings] = {
         sft_renamed_copies=8,
         sft_steps=600,
         sft_lr=1e-2,
-        rl_max_commands=3,  # RL as in "textcraft", on fewer tasks and iterations
-        rl_name_permutations=16,
-        rl_optimizer="adamw",
-        rl_lr=3e-4,
-        rl_schedule="constant",
+        **TEXTCRAFT_RL,  # as in "textcraft", on fewer tasks and iterations
         rl_iterations=10,
         rl_prompts=8,
         eval_every=5,
@@ -212,13 +214,15 @@ def rl_task_ids(settings: BenchSettings, train_ids: list[str]) -> list[str]:
     if settings.env_id != "TextCraft-v0":
         raise ValueError("rl_max_commands / rl_name_permutations are TextCraft settings")
     from agentenvs.textcraft import TextCraftEnv
+    from agentenvs.textcraft.renaming import renamed_task_id
 
     env = TextCraftEnv()
     ids = list(train_ids)
     if settings.rl_max_commands is not None:
         ids = [t for t in ids if len(env.task(t).commands) <= settings.rl_max_commands]
     if settings.rl_name_permutations:
-        ids = [f"{t}/names-{k}" for t in ids for k in range(1, settings.rl_name_permutations + 1)]
+        permutations = range(1, settings.rl_name_permutations + 1)
+        ids = [renamed_task_id(t, k) for t in ids for k in permutations]
     if not ids:
         raise ValueError(f"no training task has at most {settings.rl_max_commands} commands")
     return ids
