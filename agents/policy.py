@@ -46,6 +46,7 @@ __all__ = [
     "StatePolicy",
     "make_policy",
     "parse_spec",
+    "row_seed",
 ]
 
 Message = dict[str, str]
@@ -114,6 +115,14 @@ class Completion:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def row_seed(sampling: SamplingParams, row: int, seeds: Sequence[int] | None) -> int | None:
+    """The sampling seed of row ``row`` of a call: ``seeds[row]`` when given, else
+    ``sampling.seed + row`` (None without a seed)."""
+    if seeds is not None:
+        return int(seeds[row])
+    return None if sampling.seed is None else int(sampling.seed) + row
+
+
 class Policy(ABC):
     """Maps a batch of conversations to a batch of completions (see the module docstring)."""
 
@@ -130,11 +139,16 @@ class Policy(ABC):
         *,
         envs: Sequence[TextEnv] | None = None,
         keys: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """One completion per conversation, in order.
 
         ``envs`` (the live environments, one per conversation) and ``keys`` (an id per episode)
-        are given to policies that act from state and ignored by the others.
+        are given to policies that act from state and ignored by the others. ``seeds``: one
+        sampling seed per conversation, instead of ``sampling.seed`` (each row's draws then come
+        from its own seed, so its reply does not depend on the rest of the batch where the
+        backend's rows are otherwise independent; :class:`agents.rollout.RolloutConfig`'s
+        ``episode_seeds``).
         """
 
     def end_episodes(self, keys: Iterable[str]) -> None:  # noqa: B027 (optional hook)
@@ -170,6 +184,7 @@ class StatePolicy(Policy):
         *,
         envs: Sequence[TextEnv] | None = None,
         keys: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         if envs is None or len(envs) != len(conversations):
             raise PolicyError(

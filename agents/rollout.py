@@ -46,6 +46,7 @@ the rollout calls the policy's ``end_episodes(keys)`` to free it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -64,6 +65,7 @@ __all__ = [
     "EpisodeSpec",
     "RolloutConfig",
     "RolloutStats",
+    "episode_seed",
     "make_rollout_pool",
     "plan_episodes",
     "run_rollouts",
@@ -87,7 +89,15 @@ class RolloutConfig:
     ``"default"`` (the default): the environment's default protocol; None: none, the
     environment's default prompt and reply format, an unparseable reply answered with
     :func:`agents.prompts.format_error_feedback`. ``history="default"`` means the protocol's
-    window (without one, the prompt's).
+    window (without one, the prompt's). ``episode_seeds`` (with ``sampling.seed``): each reply
+    is drawn with its own seed, :func:`episode_seed` of the seed, the episode's key and its
+    turn, instead of one seed per generation call (the default, ``seed + call number``): an
+    episode's draws then do not depend on which episodes share its batch, in what order, or on
+    ``max_active``; trajectories record it. Whether the replies are then identical depends on
+    the backend's arithmetic: the transformers backend's rows are batch-independent but for
+    float summation order where a row's left padding differs (one of 12 replies of a tiny
+    model's rollout differed in the last bits of its log-probs, same tokens; see
+    ``benchmarks.rollout_speed`` for the embedded model).
     """
 
     max_turns: int | None = None
@@ -97,6 +107,7 @@ class RolloutConfig:
     workers: int | str = 0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = "default"
+    episode_seeds: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in (None, "default"):
@@ -274,6 +285,7 @@ def run_rollouts(
         "history": None,
         "max_turns": max_turns,
         "sampling": dataclasses.asdict(config.sampling),
+        "episode_seeds": config.episode_seeds,
         "reply_format": rules.prompt.reply_format.value,
         "prompt": rules.prompt_name,
         "parser": rules.setup.parser if rules.setup else None,
@@ -312,7 +324,7 @@ def run_rollouts(
                     active.append(ep)
             if not active:
                 continue
-            completions = _generate(policy, runner, active, config.sampling, stats)
+            completions = _generate(policy, runner, active, config, stats)
             if policy.acts_from_state:
                 completions = [rules.reformat(c) for c in completions]
             _apply(rules, runner, active, completions, max_turns)
@@ -377,13 +389,22 @@ def _start(runner: EnvWorkerPool, starting: list[_Episode]) -> list[_Episode]:
     return starting
 
 
+def episode_seed(seed: int, key: str, turn: int) -> int:
+    """The sampling seed of reply ``turn`` (0-based, counting a cut start's prefix turns) of the
+    episode ``key`` (``"<group id>/<sample index>"``) in a run seeded with ``seed``: 63 bits of
+    a BLAKE2b digest, the same in every process."""
+    digest = hashlib.blake2b(f"{seed}|{key}|{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
 def _generate(
     policy: Policy,
     runner: Any,
     active: list[_Episode],
-    sampling: SamplingParams,
+    config: RolloutConfig,
     stats: RolloutStats,
 ) -> list[Completion]:
+    sampling = config.sampling
     t0 = time.perf_counter()
     if policy.acts_from_state:
         completions = runner.act(policy, [(ep.slot, ep.key) for ep in active])
@@ -394,10 +415,15 @@ def _generate(
             for c in completions
         ]
     else:
-        if sampling.seed is not None:  # a different, repeatable seed for every call
-            sampling = dataclasses.replace(sampling, seed=sampling.seed + stats.generate_calls)
         prompts = [ep.conversation.prompt() for ep in active]
-        completions = policy.generate(prompts, sampling, keys=[ep.key for ep in active])
+        keys = [ep.key for ep in active]
+        if sampling.seed is not None and config.episode_seeds:
+            seeds = [episode_seed(sampling.seed, ep.key, ep.turns_used) for ep in active]
+            completions = policy.generate(prompts, sampling, keys=keys, seeds=seeds)
+        else:
+            if sampling.seed is not None:  # a different, repeatable seed for every call
+                sampling = dataclasses.replace(sampling, seed=sampling.seed + stats.generate_calls)
+            completions = policy.generate(prompts, sampling, keys=keys)
     if len(completions) != len(active):
         raise RuntimeError(
             f"{policy!r} returned {len(completions)} completions for {len(active)} prompts"

@@ -10,16 +10,22 @@
 ``--embedded`` runs SmolLM2-135M (the ``embedded`` agent) with that agent's backend options
 (:data:`agents.embedded.EMBEDDED_OPTIONS`: bfloat16 matrix products where the CPU has them,
 one-token steps with the two-bmm attention and the system prompt read once per step for the
-whole batch, :mod:`agents.backends.cpu_attention`, and 4-bit decoder weights,
-:mod:`agents.backends.cpu_int4`); ``--opt KEY=VALUE`` overrides one of them, e.g.
-``--opt decode_weights=model --opt decode_attention=sdpa`` for the plain bfloat16 path.
+whole batch, :mod:`agents.backends.cpu_attention`, prompts prefilled in chunks with the same
+attention and the batch's rows packed into shared forward passes,
+:mod:`agents.backends.prefill`, and 4-bit decoder weights, :mod:`agents.backends.cpu_int4`);
+``--opt KEY=VALUE`` overrides one of them, e.g. ``--opt decode_weights=model --opt
+decode_attention=sdpa --opt prefill_attention=sdpa`` for the plain bfloat16 path.
 ``--eval-speedup`` adds the eval-side figure: the same batched episodes decoded with the
 backend's settings before this change (float32, ``decode="plain"``: every row decoding until the
 batch's last one ends, ``torch.multinomial`` draws) and with the current ones, in the same
 process, interleaved, best of the repeats; target 3x.
 
 Both runs play the same 8 TextCraft test episodes with the tiny random Qwen3 model
-(:func:`agents.tiny_model.build_tiny_model`) on the transformers backend, same sampling seed:
+(:func:`agents.tiny_model.build_tiny_model`) on the transformers backend, with per-episode
+sampling seeds (``RolloutConfig(episode_seeds=True)``), so that both sample the same replies
+wherever the backend's rows are batch-independent (the summary gives the share of identical
+replies and both token counts: with one seed per call the two runs sampled different replies,
+and their token counts alone moved the ratio by 10-15%):
 
 * **batched**: the 8 episodes in flight together, one ``generate`` call per turn over all of
   them (``max_active = 8``);
@@ -97,6 +103,7 @@ class RolloutSpeed:
     sequential_tokens: int = 0
     reused_share: float = 0.0
     prefix_cache: bool = True
+    same_replies: float = 0.0  # share of the batched run's replies the baseline also sampled
 
     @property
     def cpu_ratio(self) -> float:
@@ -177,12 +184,18 @@ def measure(
         sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
         policy.generate([[{"role": "user", "content": "warm up"}]], sampling)
 
+        replies: dict[int, dict] = {}
+
         def run(max_active: int) -> tuple[RolloutStats, float]:
             stats = RolloutStats()
-            config = RolloutConfig(max_turns=max_turns, sampling=sampling, max_active=max_active)
+            config = RolloutConfig(
+                max_turns=max_turns, sampling=sampling, max_active=max_active, episode_seeds=True
+            )
             cpu = time.process_time()
-            run_rollouts(policy, ENV_ID, plan, config, stats=stats)
-            return stats, time.process_time() - cpu
+            played = run_rollouts(policy, ENV_ID, plan, config, stats=stats)
+            cpu = time.process_time() - cpu
+            replies[max_active] = _replies(played)
+            return stats, cpu
 
         # interleaved repeats, best of each: a busy machine slows both the same way
         batched = sequential = None
@@ -212,7 +225,22 @@ def measure(
         sequential_tokens=sequential.generated_tokens,
         reused_share=cache_stats.reused_share if cache_stats is not None else 0.0,
         prefix_cache=prefix_cache,
+        same_replies=_same_share(replies[episodes], replies[1]),
     )
+
+
+def _replies(trajectories: list) -> dict[tuple[str, int, int], tuple[int, ...]]:
+    """Each reply's sampled tokens by (group, sample, turn)."""
+    return {
+        (t.group_id, t.sample_index, turn): tuple(step.token_ids or ())
+        for t in trajectories
+        for turn, step in enumerate(t.steps)
+    }
+
+
+def _same_share(a: dict, b: dict) -> float:
+    """The share of ``a``'s replies that ``b`` has too, token for token."""
+    return sum(1 for key, tokens in a.items() if b.get(key) == tokens) / max(1, len(a))
 
 
 @dataclass(frozen=True)
@@ -262,6 +290,8 @@ def measure_eval_speedup(
 
     threads_before = torch.get_num_threads()
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
+    # one seed per call, as the earlier figures: the two settings' samplers differ (multinomial
+    # vs inverse CDF), so per-episode seeds could not make them sample the same replies anyway
     config = RolloutConfig(max_turns=max_turns, sampling=sampling, max_active=episodes)
     env = make(ENV_ID)
     plan = plan_episodes(env.task_ids("test")[:episodes], 1)
@@ -361,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         f"one at a time {speed.sequential_tokens_per_s:.0f} tok/s "
         f"({speed.sequential_calls} calls): {speed.ratio:.2f}x; environments "
         f"{100 * speed.env_share:.2f}% of the batched run's wall time\n"
+        f"same sampled replies in both runs (episode seeds): {100 * speed.same_replies:.0f}% "
+        f"({speed.batched_tokens} and {speed.sequential_tokens} tokens)\n"
         f"CPU time per token: {speed.cpu_ratio:.2f}x; prefix cache "
         + (
             f"on, {100 * speed.reused_share:.0f}% of prompt tokens reused"

@@ -1,4 +1,4 @@
-"""Attention of one-token decoding steps on CPU in bfloat16: two batched matrix products.
+"""Attention of decoding steps and prefill chunks on CPU in bfloat16: two batched matrix products.
 
 Profile (SmolLM2-135M, bfloat16, 8 rows of 900-1,200 cached tokens, one thread, torch 2.13,
 load 2-4 on 2 cores): a decoding step spent about 60% of its time in
@@ -11,8 +11,18 @@ products read the whole preallocated buffer (contiguous; the positions past ``le
 masked, and buffers are zeroed, never garbage). Measured in one run (TextCraft, 8 episodes x 3
 turns, 128 tokens, one thread): 107 tok/s against 82 with SDPA, both bfloat16. A decoding
 step is then memory-bound: the weights (270 MB) and the 8 rows' keys and values (about 240 MB)
-are read once per step. Prefill keeps SDPA: with many query tokens the float32 softmax over
-the ``[queries, keys]`` scores costs more than the flash kernel saves.
+are read once per step.
+
+Prefill (``prefill_attention="bmm"``, :func:`prefill_rows`): the same two products per row for
+chunks of at most :data:`MAX_PREFILL_QUERIES` query tokens. A turn's prefill is mostly short
+(45 new tokens past 900 cached): there the flash kernel took 1.4 ms a layer, 42 of the forward
+pass's 94 ms (one thread), and the bmm path about half that. For one long chunk the flash
+kernel is faster (645 tokens from scratch, two threads: 429 ms against 640), so a long prompt
+runs in chunks of 256, which cost about what one flash pass does. The bmm results do not
+depend on where a prompt was cut: on this CPU a query's scores, softmax and weighted sum come
+out bit for bit the same whether its chunk is longer, its keys have more masked positions after
+it, or other queries share the product (the tests check a prompt alone against the same prompt
+split at the batch's shared prefix and packed with other rows).
 
 The scores of the first product are rounded to the model dtype before the float32 softmax
 (bfloat16 keeps 8 bits; the flash kernel accumulates them in float32): the sampled tokens'
@@ -34,18 +44,22 @@ from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
+    "MAX_PREFILL_QUERIES",
     "NAME",
     "bmm_decoding",
     "decode_attention",
     "install",
     "installable",
+    "prefill_rows",
     "shared_prefix",
 ]
 
 NAME = "agentenvs_cpu_decode"
+MAX_PREFILL_QUERIES = 256  # longer prefills keep SDPA's flash kernel
 _REGISTERED = False
 _PREFIX: list[Any] = [None]  # the shared prefix's (keys, values) per layer, inside shared_prefix()
 _ACTIVE = [False]  # inside bmm_decoding(True)
+_ROWS: list[Any] = [None]  # per row (key row, start, stop, new tokens): prefill_rows()
 
 
 @contextmanager
@@ -74,6 +88,22 @@ def shared_prefix(layers: Sequence[tuple[Any, Any]] | None) -> Iterator[None]:
         _PREFIX[0] = saved
 
 
+@contextmanager
+def prefill_rows(layout: Sequence[tuple[int, int, int, int]] | None) -> Iterator[None]:
+    """Inside: calls with at most :data:`MAX_PREFILL_QUERIES` query tokens (a prefill chunk past
+    a cached prefix) take the two-bmm path row by row. ``layout[r]`` = (``k``, ``start``,
+    ``stop``, ``new``): query row ``r``'s keys are positions ``[start, stop)`` of row ``k`` of
+    the keys passed in (one block, no padding), its queries are its last ``new`` (the rest of a
+    left-padded row are padding: their output is zero and nothing reads it), the keys of those
+    new tokens the block's last ``new``. Causal among the new tokens, every earlier position
+    visible (the module docstring says why, and why the results do not depend on the cut)."""
+    saved, _ROWS[0] = _ROWS[0], list(layout) if layout is not None else None
+    try:
+        yield
+    finally:
+        _ROWS[0] = saved
+
+
 def decode_attention(
     module: Any,
     query: Any,
@@ -90,9 +120,9 @@ def decode_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     q_length = query.shape[2]
+    rows = _ROWS[0] if q_length <= MAX_PREFILL_QUERIES else None
     if (
-        not _ACTIVE[0]
-        or q_length != 1  # prefill: the float32 softmax over [queries, keys] costs more than SDPA
+        not (rows is not None or (_ACTIVE[0] and q_length == 1))
         or query.dtype not in (torch.bfloat16, torch.float16)
         or query.device.type != "cpu"
         or dropout
@@ -102,9 +132,14 @@ def decode_attention(
     ):
         if _PREFIX[0] is not None and q_length == 1:
             raise RuntimeError("a shared prefix is set but this step cannot use the bmm path")
+        if _ROWS[0] is not None:  # its keys are whole buffers: only the bmm path reads them right
+            raise RuntimeError("a packed prefill is set but this call cannot use the bmm path")
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
+    if rows is not None:
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return _rows_attention(query, key, value, rows, scale), None
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     groups = heads // kv_heads
@@ -152,6 +187,49 @@ def _with_prefix(query: Any, scores: Any, values: Any, prefix: Any, scale: float
     out_s = torch.bmm(probs_s, values).view(batch, kv_heads, groups, dim)
     out = (out_p.float() + out_s.float()).to(query.dtype).reshape(batch, heads, 1, dim)
     return out.transpose(1, 2).contiguous()
+
+
+def _rows_attention(
+    query: Any, key: Any, value: Any, rows: Sequence[tuple[int, int, int, int]], scale: float
+) -> Any:
+    """Short prefills (:func:`prefill_rows`): per row, ``bmm(q, k^T)`` rounded to the model
+    dtype, the causal triangle over the new tokens, a float32 softmax and ``bmm(p, v)``, on that
+    row's own positions only (so a row's result does not depend on the batch's other rows)."""
+    import torch
+
+    batch, heads, q_length, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    if len(rows) != batch:
+        raise RuntimeError(f"a packed prefill of {len(rows)} rows got a batch of {batch}")
+    out = query.new_zeros((batch, q_length, heads, dim))
+    for row, (key_row, start, stop, new) in enumerate(rows):
+        span = stop - start
+        keys = key[key_row, :, start:stop].contiguous()  # [kv_heads, span, dim]
+        values = value[key_row, :, start:stop].contiguous()
+        queries = query[row, :, q_length - new :].reshape(kv_heads, groups * new, dim)
+        scores = torch.bmm(queries, keys.transpose(1, 2)).float().mul_(scale)
+        scores = scores.view(kv_heads, groups, new, span)
+        scores[..., span - new :].masked_fill_(_upper_triangle(new, query.device), float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(query.dtype).view(kv_heads, groups * new, span)
+        result = torch.bmm(probs, values).view(heads, new, dim)
+        out[row, q_length - new :] = result.transpose(0, 1)
+    return out
+
+
+_TRIANGLES: dict[tuple[int, str], Any] = {}
+
+
+def _upper_triangle(n: int, device: Any) -> Any:
+    """``[n, n]`` booleans, True above the diagonal (a new token's later new tokens)."""
+    import torch
+
+    key = (n, str(device))
+    if key not in _TRIANGLES:
+        if len(_TRIANGLES) > 512:
+            _TRIANGLES.clear()
+        _TRIANGLES[key] = torch.ones((n, n), dtype=torch.bool, device=device).triu_(1)
+    return _TRIANGLES[key]
 
 
 def _whole_buffer(view: Any) -> Any:

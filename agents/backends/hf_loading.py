@@ -50,8 +50,9 @@ def sample_next(
     Sampling inverts each row's cumulative distribution at one uniform draw from
     ``generator``: the same distribution as ``torch.multinomial``, which draws one exponential
     per vocabulary entry (7-19 ms a step for 8 rows of a 49k vocabulary on a CPU core, against
-    well under 1 ms here). ``plain``: draw with ``torch.multinomial`` (the backend's
-    ``decode="plain"``, kept to measure against)."""
+    well under 1 ms here). ``generator`` may also be a list, one generator per row (each row's
+    draws then depend on its own generator only). ``plain``: draw with ``torch.multinomial``
+    (the backend's ``decode="plain"``, kept to measure against)."""
     import torch
 
     if sampling.temperature == 0:
@@ -62,12 +63,25 @@ def sample_next(
         before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
         sorted_probs = sorted_probs.masked_fill(before >= sampling.top_p, 0.0)
         probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
+    rows = generator if isinstance(generator, list) else None
     if plain:
+        if rows is not None:
+            return torch.cat(
+                [
+                    torch.multinomial(p[None], 1, generator=g)[:, 0]
+                    for p, g in zip(probs, rows, strict=True)
+                ]
+            )
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
     cdf = probs.cumsum(dim=-1)
-    draw = torch.rand(
-        (probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype
-    )
+    if rows is not None:
+        draw = torch.cat(
+            [torch.rand((1, 1), generator=g, device=probs.device, dtype=cdf.dtype) for g in rows]
+        )
+    else:
+        draw = torch.rand(
+            (probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype
+        )
     index = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True)
     return index[:, 0].clamp_(max=probs.shape[-1] - 1)
 

@@ -49,6 +49,7 @@ __all__ = [
     "common_prefix_length",
     "default_budget_bytes",
     "make_cache",
+    "packed_cache",
     "select_rows",
     "split_shared_prefix",
     "weights_fingerprint",
@@ -261,6 +262,20 @@ def buffer_cache(buffers: Sequence[tuple[Any, Any]], length: int) -> Any:
     return cache
 
 
+def packed_cache(buffers: Sequence[tuple[Any, Any]], writes: Sequence[tuple[int, int, int]]) -> Any:
+    """A cache over ``buffers`` for one forward pass of left-padded rows (transformers 5.x):
+    ``writes[r]`` = (buffer row, stop, new): input row ``r``'s last ``new`` positions' keys go
+    to ``[stop - new, stop)`` of that buffer row, and nothing else is written (the padding
+    never overwrites a cached position). The layers then return the whole buffers: only
+    :func:`agents.backends.cpu_attention.prefill_rows`' attention reads them, each row its own
+    positions."""
+    width = max(stop for _, stop, _ in writes)
+    cache = buffer_cache(buffers, max(0, width - max(new for _, _, new in writes)))
+    for layer in cache.layers:
+        layer.row_writes = [(int(b), int(s), int(n)) for b, s, n in writes]
+    return cache
+
+
 def select_rows(cache: Any, index: Any) -> Any:
     """A cache of only the batch rows ``index`` (a 1-D long tensor) of a :func:`buffer_cache`:
     new zeroed buffers of the same capacity with those rows' filled positions copied (zeros, not
@@ -364,12 +379,19 @@ def _growing_layer_class() -> Any:
             self.device = key_buffer.device
             self.is_initialized = True
             self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+            self.row_writes: list[tuple[int, int, int]] | None = None  # packed_cache()
 
         def update(
             self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
         ) -> tuple[Any, Any]:
             import torch
 
+            if self.row_writes is not None:  # a packed pass: each row's real tokens are its last
+                for row, (buffer_row, stop, new) in enumerate(self.row_writes):
+                    self._k[buffer_row, :, stop - new : stop] = key_states[row, :, -new:]
+                    self._v[buffer_row, :, stop - new : stop] = value_states[row, :, -new:]
+                self.keys, self.values = self._k, self._v
+                return self.keys, self.values
             end = self._n + key_states.shape[-2]
             if end > self._k.shape[2]:  # out of room: fall back to growing by concatenation
                 self._k = torch.cat([self._k[:, :, : self._n], key_states], dim=-2)

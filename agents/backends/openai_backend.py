@@ -46,6 +46,7 @@ from agents.policy import (
     Completion,
     Policy,
     SamplingParams,
+    row_seed,
 )
 
 __all__ = ["BackendAuthError", "BackendModelError", "OpenAIPolicy"]
@@ -111,13 +112,17 @@ class OpenAIPolicy(Policy):
         *,
         envs: Sequence[Any] | None = None,
         keys: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         sampling = sampling or SamplingParams()
-        bodies = [self._body(c, sampling, row) for row, c in enumerate(conversations)]
+        bodies = [
+            self._body(c, sampling, row_seed(sampling, row, seeds))
+            for row, c in enumerate(conversations)
+        ]
         return list(self._pool.map(self._complete, bodies))
 
     def _body(
-        self, conversation: Sequence[Message], sampling: SamplingParams, row: int
+        self, conversation: Sequence[Message], sampling: SamplingParams, seed: int | None
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
@@ -127,8 +132,8 @@ class OpenAIPolicy(Policy):
             "max_tokens": sampling.max_new_tokens,
             "n": 1,
         }
-        if sampling.seed is not None:
-            body["seed"] = int(sampling.seed) + row
+        if seed is not None:
+            body["seed"] = seed
         if (self.logprobs or self.token_ids) and self.logprobs_status != "refused":
             body["logprobs"] = True
         if self.token_ids:

@@ -106,6 +106,12 @@ class TransformersPolicy(PrefillMixin, Policy):
     attention implementation is switched; 1.3x the embedded model's eval tokens/s), scores
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
     of 1e-4, :mod:`agents.backends.cpu_attention`; the embedded agent's default),
+    ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
+    prefill, a bfloat16/float16 model on CPU, prompts with at most 256 tokens past their cached
+    prefix compute attention with two batched matrix products per row, and a batch whose rows
+    are all that short runs as one packed forward pass, :mod:`agents.backends.prefill`; same
+    rounding as ``decode_attention="bmm"``, a row's result still independent of the batch; the
+    embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
     model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
     linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
@@ -135,6 +141,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         num_threads: int | str | None = None,
         decode: str = "fast",
         decode_attention: str = "sdpa",
+        prefill_attention: str = "sdpa",
         decode_weights: str = "model",
         cascade: bool | str = True,
         model_obj: Any = None,
@@ -162,9 +169,15 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.plain_decode = decode == "plain"
         if decode_attention not in ("bmm", "sdpa"):
             raise ValueError(f"decode_attention must be sdpa or bmm, got {decode_attention!r}")
-        self.bmm_attention = (
-            decode_attention == "bmm" and not self.plain_decode and install_attention(self.model)
+        if prefill_attention not in ("bmm", "sdpa"):
+            raise ValueError(f"prefill_attention must be sdpa or bmm, got {prefill_attention!r}")
+        switched = (
+            "bmm" in (decode_attention, prefill_attention)
+            and not self.plain_decode
+            and install_attention(self.model)
         )
+        self.bmm_attention = switched and decode_attention == "bmm"
+        self.bmm_prefill = switched and prefill_attention == "bmm" and writes_in_place()
         self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
         if decode_weights not in ("model", "int4"):
             raise ValueError(f"decode_weights must be model or int4, got {decode_weights!r}")
@@ -190,6 +203,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         self._layout: list[tuple[Any, ...]] | None = None  # per-layer KV shapes (probed once)
         self._system_ids: dict[str, list[int]] = {}  # rendered system messages' tokens
         self.cascade_rows = 0  # rows decoded with the shared prefix kept once (cascade)
+        self.packed_rows = 0  # rows prefilled in a forward pass shared with other rows
         self.prefix_cache: PrefixCache | None = None
         if _flag(prefix_cache):
             if prefix_cache_mb == "auto":
@@ -248,9 +262,11 @@ class TransformersPolicy(PrefillMixin, Policy):
         *,
         envs: Sequence[Any] | None = None,
         keys: Sequence[str | None] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """One completion per conversation; ``keys`` (one episode id per conversation, or None)
-        turns on prefix caching across calls for those episodes (module docstring)."""
+        turns on prefix caching across calls for those episodes (module docstring); ``seeds``:
+        a sampling seed per conversation (each row then draws from its own generator)."""
         sampling = sampling or SamplingParams()
         prompts = [self.prompt_ids(c) for c in conversations]
         shared = None
@@ -258,7 +274,7 @@ class TransformersPolicy(PrefillMixin, Policy):
             shared = [
                 self._system_length(c, p) for c, p in zip(conversations, prompts, strict=True)
             ]
-        return self.generate_ids(prompts, sampling, keys=keys, shared_lengths=shared)
+        return self.generate_ids(prompts, sampling, keys=keys, shared_lengths=shared, seeds=seeds)
 
     def _system_length(self, conversation: Sequence[Message], prompt: Sequence[int]) -> int:
         """How many of ``prompt``'s first tokens are the rendered system message (0 if none, or
@@ -288,16 +304,21 @@ class TransformersPolicy(PrefillMixin, Policy):
         *,
         keys: Sequence[str | None] | None = None,
         shared_lengths: Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """Generate from already tokenized prompts (one :class:`Completion` each, in order).
         ``shared_lengths``: per prompt, the length of a prefix that the cascade may keep once
         for the batch when every row has the same one (:meth:`generate` gives the system
-        message's)."""
+        message's). ``seeds``: one sampling seed per prompt instead of ``sampling.seed``."""
         import torch
 
         if keys is not None and len(keys) != len(prompts):
             raise ValueError(
                 f"got {len(keys)} keys for {len(prompts)} prompts: give one per prompt"
+            )
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(
+                f"got {len(seeds)} seeds for {len(prompts)} prompts: give one per prompt"
             )
         if any(len(p) == 0 for p in prompts):
             raise BackendError("an empty prompt cannot be generated from")
@@ -308,17 +329,20 @@ class TransformersPolicy(PrefillMixin, Policy):
             # the weights changed (an optimizer step): the 4-bit copies follow them
             self.int4_report = install_int4(self.model, None)
             self._int4_weights = fingerprint
-        generator = None
-        if sampling.seed is not None:
+        generator: Any = None
+        if seeds is not None:
+            generator = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+        elif sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
         row_keys = list(keys) if keys is not None else [None] * len(prompts)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
             shared = list(shared_lengths[start:end]) if shared_lengths is not None else None
+            chunk_generator = generator[start:end] if isinstance(generator, list) else generator
             out.extend(
                 self._generate_chunk(
-                    prompts[start:end], row_keys[start:end], sampling, generator, shared
+                    prompts[start:end], row_keys[start:end], sampling, chunk_generator, shared
                 )
             )
         return out
@@ -362,7 +386,12 @@ class TransformersPolicy(PrefillMixin, Policy):
                     self.cascade_rows += batch
             for step in range(steps):
                 logits = logits.float()
-                next_tokens = sample_next(logits, sampling, generator, plain=self.plain_decode)
+                row_generators = (
+                    [generator[r] for r in rows] if isinstance(generator, list) else None
+                )
+                next_tokens = sample_next(
+                    logits, sampling, row_generators or generator, plain=self.plain_decode
+                )
                 next_tokens = torch.where(
                     done, torch.full_like(next_tokens, self.pad_id), next_tokens
                 )
@@ -477,6 +506,7 @@ class TransformersPolicy(PrefillMixin, Policy):
             "threads": torch.get_num_threads(),
             "decode": "plain" if self.plain_decode else "fast",
             "decode_attention": "bmm" if self.bmm_attention else "sdpa",
+            "prefill_attention": "bmm" if self.bmm_prefill else "sdpa",
             "decode_weights": "int4" if self.int4_report else "model",
             "cascade": self.cascade,
             **(

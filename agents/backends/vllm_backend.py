@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.policy import BackendError, Completion, Policy, SamplingParams
+from agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
 
 __all__ = ["VLLMPolicy", "import_vllm", "sampled_logprobs", "shutdown_llm", "vllm_available"]
 
@@ -95,11 +95,12 @@ class VLLMPolicy(Policy):
         *,
         envs: Sequence[Any] | None = None,
         keys: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         sampling = sampling or SamplingParams()
         if not conversations:
             return []
-        params = [self._params(sampling, row) for row in range(len(conversations))]
+        params = [self._params(sampling, row, seeds) for row in range(len(conversations))]
         outputs = self.llm.chat(
             [list(c) for c in conversations],
             params,
@@ -109,8 +110,8 @@ class VLLMPolicy(Policy):
         )
         return [self._completion(out) for out in outputs]
 
-    def _params(self, sampling: SamplingParams, row: int) -> Any:
-        seed = None if sampling.seed is None else int(sampling.seed) + row
+    def _params(self, sampling: SamplingParams, row: int, seeds: Sequence[int] | None) -> Any:
+        seed = row_seed(sampling, row, seeds)
         return self._vllm.SamplingParams(
             n=1,
             temperature=sampling.temperature,

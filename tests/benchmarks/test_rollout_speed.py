@@ -14,6 +14,8 @@ def test_rollout_speed_quick(tmp_path) -> None:
     )  # one call per turn vs per episode-turn
     assert speed.batched_tokens_per_s > 0 and speed.sequential_tokens_per_s > 0
     assert 0.0 <= speed.env_share < 1.0
+    # episode seeds: both runs sample the same replies (float32 SDPA rows are batch-independent)
+    assert speed.same_replies == 1.0 and speed.batched_tokens == speed.sequential_tokens
     rows = speed.rows()
     assert rows[0].baseline == "one episode at a time" and abs(rows[0].ratio - speed.ratio) < 1e-9
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agents.backends.vllm_backend import import_vllm, sampled_logprobs, shutdown_llm
-from agents.policy import BackendError, Completion, Policy, SamplingParams
+from agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
 from train.distributed import full_tensor
 from train.rl.batch import prompt_token_ids
 from train.runtime import autocast_context
@@ -168,6 +168,7 @@ class VLLMRolloutEngine(Policy):
         *,
         envs: Sequence[Any] | None = None,
         keys: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         sampling = sampling or SamplingParams()
         if not conversations:
@@ -177,17 +178,19 @@ class VLLMRolloutEngine(Policy):
             {"prompt_token_ids": prompt_token_ids(self.tokenizer, c, self.chat_template_kwargs)}
             for c in conversations
         ]
-        params = [self._params(sampling, row) for row in range(len(prompts))]
+        params = [
+            self._params(row_seed(sampling, row, seeds), sampling) for row in range(len(prompts))
+        ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [self._completion(out.outputs[0]) for out in outputs]
 
-    def _params(self, sampling: SamplingParams, row: int) -> Any:
+    def _params(self, seed: int | None, sampling: SamplingParams) -> Any:
         return self._vllm.SamplingParams(
             n=1,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_tokens=sampling.max_new_tokens,
-            seed=None if sampling.seed is None else int(sampling.seed) + row,
+            seed=seed,
             logprobs=0,
             stop_token_ids=self.stop_ids,
             detokenize=False,
