@@ -97,6 +97,16 @@ CONVERSATIONS = [
 """Three chat prompts sharing a system message (the backend tests' batch)."""
 
 
+def logprob_gap(outs_a, outs_b) -> float:
+    """The largest gap between the log-probs of two lists of completions, token by token (over
+    the shorter reply where lengths differ)."""
+    return max(
+        abs(x - y)
+        for a, b in zip(outs_a, outs_b, strict=True)
+        for x, y in zip(a.logprobs, b.logprobs, strict=False)
+    )
+
+
 def teacher_forced_diff(policy, conversations, outs) -> float:
     """The largest gap between a completion's log-probs and those of a teacher-forced forward
     pass of ``policy.model`` over prompt + completion."""
