@@ -28,6 +28,7 @@ extra is installed.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -196,7 +197,13 @@ class OpenAIPolicy(Policy):
                     raise BackendError(f"{self.url}: HTTP {exc.code}: {message}") from exc
                 last_error = f"HTTP {exc.code}: {message}"
                 retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+            except (
+                urllib.error.URLError,
+                TimeoutError,
+                ConnectionError,
+                OSError,
+                http.client.HTTPException,  # e.g. IncompleteRead: the server died mid-response
+            ) as exc:
                 last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
             except json.JSONDecodeError as exc:
                 last_error = f"invalid JSON in the response: {exc}"

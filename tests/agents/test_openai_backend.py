@@ -30,6 +30,7 @@ class _State:
         self.max_active = 0
         self.requests: list[dict] = []
         self.fail_next = 0
+        self.truncate_next = 0  # replies cut short: the headers promise more bytes than come
         self.delay = 0.0
         self.logprobs = "return"  # or "ignore", or "refuse" (HTTP 400 naming the field)
 
@@ -81,6 +82,17 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             if failing:
                 return self._send(503, {"error": {"message": "overloaded"}}, {"Retry-After": "0"})
+            with state.lock:
+                truncating = state.truncate_next > 0
+                state.truncate_next -= int(truncating)
+            if truncating:  # as a server killed while writing its answer
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "312")
+                self.end_headers()
+                self.wfile.write(b'{"id": "c1", "choi')
+                self.close_connection = True
+                return None
             if body.get("logprobs") and state.logprobs == "refuse":
                 return self._send(400, {"error": {"message": "unknown field: logprobs"}})
             last = body["messages"][-1]["content"]
@@ -173,6 +185,20 @@ def test_retries_transient_errors(server, monkeypatch) -> None:
         match=r"giving up after 3 attempts over 0 s .*; last error: HTTP 503: overloaded",
     ):
         OpenAIPolicy(MODEL, url, max_retries=2, backoff=0.01).generate(_conversations(1))
+
+
+def test_a_reply_cut_short_is_retried(server, monkeypatch) -> None:
+    """The server died while sending its answer (http.client.IncompleteRead): retried like a
+    dropped connection, then given up with the clear error."""
+    state, url = server
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    state.truncate_next = 1
+    policy = OpenAIPolicy(MODEL, url, concurrency=1, backoff=0.01)
+    assert policy.generate(_conversations(1))[0].text.endswith("[[ get 0 stick ]]")
+    assert len(state.requests) == 2
+    state.truncate_next = 10
+    with pytest.raises(BackendUnavailableError, match="last error: IncompleteRead"):
+        OpenAIPolicy(MODEL, url, max_retries=1, backoff=0.01).generate(_conversations(1))
 
 
 def test_auth_error_is_clear_and_not_retried(server, monkeypatch) -> None:
