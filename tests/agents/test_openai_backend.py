@@ -172,33 +172,24 @@ def test_logprobs_and_token_ids(server, monkeypatch) -> None:
     assert only_logprobs.token_ids is None and only_logprobs.logprobs == [0.0, -0.5, -1.0]
 
 
-def test_retries_transient_errors(server, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("failure", "last_error"),
+    [
+        ("fail_next", r"giving up after 3 attempts over 0 s .*; last error: HTTP 503: overloaded"),
+        # the server died while sending its answer (http.client.IncompleteRead)
+        ("truncate_next", r"giving up after 3 attempts over 0 s .*; last error: IncompleteRead"),
+    ],
+)
+def test_retries_transient_errors(server, monkeypatch, failure: str, last_error: str) -> None:
     state, url = server
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    state.fail_next = 2
+    setattr(state, failure, 2)
     policy = OpenAIPolicy(MODEL, url, concurrency=1, backoff=0.01)
     assert policy.generate(_conversations(1))[0].text.endswith("[[ get 0 stick ]]")
     assert len(state.requests) == 3
-    state.fail_next = 10
-    with pytest.raises(
-        BackendUnavailableError,
-        match=r"giving up after 3 attempts over 0 s .*; last error: HTTP 503: overloaded",
-    ):
+    setattr(state, failure, 10)
+    with pytest.raises(BackendUnavailableError, match=last_error):
         OpenAIPolicy(MODEL, url, max_retries=2, backoff=0.01).generate(_conversations(1))
-
-
-def test_a_reply_cut_short_is_retried(server, monkeypatch) -> None:
-    """The server died while sending its answer (http.client.IncompleteRead): retried like a
-    dropped connection, then given up with the clear error."""
-    state, url = server
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    state.truncate_next = 1
-    policy = OpenAIPolicy(MODEL, url, concurrency=1, backoff=0.01)
-    assert policy.generate(_conversations(1))[0].text.endswith("[[ get 0 stick ]]")
-    assert len(state.requests) == 2
-    state.truncate_next = 10
-    with pytest.raises(BackendUnavailableError, match="last error: IncompleteRead"):
-        OpenAIPolicy(MODEL, url, max_retries=1, backoff=0.01).generate(_conversations(1))
 
 
 def test_auth_error_is_clear_and_not_retried(server, monkeypatch) -> None:
