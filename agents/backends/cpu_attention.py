@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 NAME = "agentenvs_cpu_decode"
-MAX_PREFILL_QUERIES = 256  # longer prefills keep SDPA's flash kernel
+MAX_PREFILL_QUERIES = 256  # a prefill chunk's queries at most (longer calls: SDPA)
 _REGISTERED = False
 _PREFIX: list[Any] = [None]  # the shared prefix's (keys, values) per layer, inside shared_prefix()
 _ACTIVE = [False]  # inside bmm_decoding(True)

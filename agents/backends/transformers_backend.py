@@ -107,11 +107,10 @@ class TransformersPolicy(PrefillMixin, Policy):
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
     of 1e-4, :mod:`agents.backends.cpu_attention`; the embedded agent's default),
     ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
-    prefill, a bfloat16/float16 model on CPU, prompts with at most 256 tokens past their cached
-    prefix compute attention with two batched matrix products per row, and a batch whose rows
-    are all that short runs as one packed forward pass, :mod:`agents.backends.prefill`; same
-    rounding as ``decode_attention="bmm"``, a row's result still independent of the batch; the
-    embedded agent's default),
+    prefill, a bfloat16/float16 model on CPU, prompts run in chunks of at most 256 tokens with
+    attention as two batched matrix products per row, the batch's rows packed into shared
+    forward passes, :mod:`agents.backends.prefill`; same rounding as ``decode_attention="bmm"``,
+    a row's prefill the same bit for bit alone or packed; the embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
     model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
     linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
@@ -339,10 +338,10 @@ class TransformersPolicy(PrefillMixin, Policy):
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
             shared = list(shared_lengths[start:end]) if shared_lengths is not None else None
-            chunk_generator = generator[start:end] if isinstance(generator, list) else generator
+            chunk = generator[start:end] if isinstance(generator, list) else generator
             out.extend(
                 self._generate_chunk(
-                    prompts[start:end], row_keys[start:end], sampling, chunk_generator, shared
+                    prompts[start:end], row_keys[start:end], sampling, chunk, shared
                 )
             )
         return out
@@ -386,12 +385,8 @@ class TransformersPolicy(PrefillMixin, Policy):
                     self.cascade_rows += batch
             for step in range(steps):
                 logits = logits.float()
-                row_generators = (
-                    [generator[r] for r in rows] if isinstance(generator, list) else None
-                )
-                next_tokens = sample_next(
-                    logits, sampling, row_generators or generator, plain=self.plain_decode
-                )
+                draws = [generator[r] for r in rows] if isinstance(generator, list) else generator
+                next_tokens = sample_next(logits, sampling, draws, plain=self.plain_decode)
                 next_tokens = torch.where(
                     done, torch.full_like(next_tokens, self.pad_id), next_tokens
                 )
