@@ -95,8 +95,8 @@ class RolloutConfig:
     episode's draws then do not depend on which episodes share its batch, in what order, or on
     ``max_active``; trajectories record it. Whether the replies are then identical depends on
     the backend's arithmetic, where a row's float sums may run in another order in another
-    batch: with the embedded agent's defaults they were, bit for bit, over 4 episodes x 3
-    turns, and 81% of the replies of ``benchmarks.rollout_speed``'s 8 x 4 (README).
+    batch: with the embedded agent's defaults every reply of ``benchmarks.rollout_speed``'s
+    8 episodes x 4 turns was the same, bit for bit, batched and one at a time (README).
     """
 
     max_turns: int | None = None

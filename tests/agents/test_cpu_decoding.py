@@ -68,6 +68,29 @@ def test_int4_kernel_multiplies_by_the_dequantized_weight() -> None:
     assert (got.float() - want).abs().max() < 0.05 * want.abs().max()
 
 
+@pytest.mark.parametrize("shape", [(1536, 576), (576, 1536), (576, 576), (192, 576)])
+def test_prefill_products_give_a_row_the_same_bits_at_any_row_count(shape) -> None:
+    """The embedded model's layer shapes: a switched layer outside decoding (a prefill) gives
+    each row what the row alone gets, at any row count and offset (oneDNN's GEMM on an AMX CPU
+    does not for 43-575 rows: cpu_int4's module docstring)."""
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(shape[1], shape[0], bias=False)])
+
+    torch.manual_seed(0)
+    model = Model().to(torch.bfloat16)
+    assert cpu_int4.install(model).layers == 1
+    layer = model.layers[0]
+    x = torch.randn(700, shape[1], dtype=torch.bfloat16)
+    with torch.no_grad():
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
+        for start, stop in [(0, 700), (3, 50), (17, 333), (100, 132), (5, 7)]:
+            assert torch.equal(layer(x[start:stop]), alone[start:stop]), (start, stop)
+        assert torch.equal(layer(x[None, 10:400]), alone[None, 10:400])  # [batch, tokens, dim]
+
+
 def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_dir) -> None:
     plain = TransformersPolicy(str(q4_model_dir), **BF16, decode_attention="bmm")
     int4 = TransformersPolicy(
