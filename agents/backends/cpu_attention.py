@@ -59,20 +59,23 @@ MAX_PREFILL_QUERIES = 256  # a prefill chunk's queries at most (longer calls: SD
 _REGISTERED = False
 _PREFIX: list[Any] = [None]  # the shared prefix's (keys, values) per layer, inside shared_prefix()
 _ACTIVE = [False]  # inside bmm_decoding(True)
+_KERNEL = [False]  # inside bmm_decoding(True, kernel=True): the compiled kernel's steps
 _ROWS: list[Any] = [None]  # per row (key row, start, stop, new tokens): prefill_rows()
 
 
 @contextmanager
-def bmm_decoding(active: bool = True) -> Iterator[None]:
-    """Inside (``active``): one-token steps of a switched model take the two-bmm path; outside,
-    or with ``active=False``, every call goes to transformers' SDPA function unchanged. The
-    switch is the model's, the choice the calling policy's: a policy without ``bmm`` on a model
-    another policy switched gets exactly SDPA's results."""
-    saved, _ACTIVE[0] = _ACTIVE[0], bool(active)
+def bmm_decoding(active: bool = True, kernel: bool = False) -> Iterator[None]:
+    """Inside (``active``): one-token steps of a switched model take the two-bmm path, or with
+    ``kernel`` the compiled kernel (:mod:`agents.backends.cpu_kernels`) where it applies;
+    outside, or with ``active=False``, every call goes to transformers' SDPA function
+    unchanged. The switch is the model's, the choice the calling policy's: a policy without
+    ``bmm`` on a model another policy switched gets exactly SDPA's results."""
+    saved = _ACTIVE[0], _KERNEL[0]
+    _ACTIVE[0], _KERNEL[0] = bool(active), bool(active and kernel)
     try:
         yield
     finally:
-        _ACTIVE[0] = saved
+        _ACTIVE[0], _KERNEL[0] = saved
 
 
 @contextmanager
@@ -144,6 +147,10 @@ def decode_attention(
     kv_heads, length = key.shape[1], key.shape[2]
     groups = heads // kv_heads
     scale = scaling if scaling is not None else dim**-0.5
+    if _KERNEL[0]:
+        out = _kernel_step(module, query, key, value, attention_mask, scale)
+        if out is not None:
+            return out, None
     keys, values = _whole_buffer(key), _whole_buffer(value)
     if keys is None or values is None or keys.shape[1] != values.shape[1]:
         keys = key.contiguous().view(batch * kv_heads, length, dim)
@@ -166,6 +173,41 @@ def decode_attention(
     probs = torch.softmax(scores, dim=-1).to(query.dtype).view(batch * kv_heads, groups, width)
     out = torch.bmm(probs, values).view(batch, heads, 1, dim)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _kernel_step(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scale: float
+) -> Any:
+    """The compiled kernel's ``[batch, 1, heads, dim]`` output, or None where it does not
+    apply (another dtype, a float mask, keys that are not a buffer's prefix)."""
+    import torch
+
+    from agents.backends import cpu_kernels
+
+    batch, length = key.shape[0], key.shape[2]
+    if query.dtype != torch.bfloat16 or key.dtype != torch.bfloat16:
+        return None
+    if query.shape[-1] > cpu_kernels.MAX_DIM or cpu_kernels.load() is None:
+        return None
+    keys, values = _whole_buffer(key), _whole_buffer(value)
+    if keys is None or values is None or keys.shape[1] != values.shape[1]:
+        keys, values = key.contiguous(), value.contiguous()
+    else:
+        keys = keys.view(batch, key.shape[1], keys.shape[1], key.shape[3])
+        values = values.view(batch, value.shape[1], values.shape[1], value.shape[3])
+    mask = None
+    if attention_mask is not None:
+        if attention_mask.dtype != torch.bool or attention_mask.dim() != 4:
+            return None
+        if attention_mask.shape[1] != 1 or attention_mask.shape[2] != 1:
+            return None
+        if attention_mask.shape[3] != length:
+            return None
+        mask = attention_mask[:, 0, 0, :].expand(batch, length).to(torch.uint8).contiguous()
+    prefix = _PREFIX[0][module.layer_idx] if _PREFIX[0] is not None else None
+    if prefix is not None:
+        prefix = (prefix[0].contiguous(), prefix[1].contiguous())
+    return cpu_kernels.decode_attention(query, keys, values, length, mask, prefix, scale)
 
 
 def _with_prefix(query: Any, scores: Any, values: Any, prefix: Any, scale: float) -> Any:

@@ -23,15 +23,20 @@ can see which case it is.
 Each row's output comes from its own products (a row's tokens do not depend on the batch's other
 rows, bit for bit: the tests check it).
 
-The calls that keep the bfloat16 weight run it in products of exactly :data:`ROW_BLOCK` rows
-(:func:`row_blocked_mm`). On a CPU with AMX (Sapphire Rapids, the 2-core machine of December
-2026), oneDNN's bfloat16 GEMM gives a row other bits depending on the call's row count: for the
-576-wide projections, row counts 43-575 disagree with one row, while every block of 32 rows
-agrees with it wherever the row sits. A prompt prefilled alone and the same prompt packed with
-other rows then got first-token log-probs up to 0.16 apart, and a batched rollout and the same
-episodes one at a time shared 19% of their sampled replies (100% with the blocks). The blocks
-cost about twice a single product for a 640-token prompt (2.3 against 0.9 ms for a 1536 x 576
-layer, two threads), a small share of a turn.
+The calls that keep the bfloat16 weight run it in products of fixed row counts
+(:func:`row_blocked_mm`): a prefill's in products of :data:`PREFILL_ROWS` (64 to 128 rows, a
+shorter call padded with zeros to 64), a decoding step of more than ``max_rows`` rows in
+products of exactly :data:`ROW_BLOCK` (32). On a CPU with AMX (Sapphire Rapids, the 2-core
+machine of December 2026), oneDNN's bfloat16 GEMM picks its kernel by the call's row count, and
+the kernels round a row differently: a prompt prefilled alone and the same prompt packed with
+other rows got first-token log-probs up to 0.16 apart, and a batched rollout and the same
+episodes one at a time shared 19% of their sampled replies (100% with the blocks). Measured
+there for the four layer shapes (576 -> 1536, 576, 192 and 1536 -> 576), one and two threads,
+rows at varied offsets: every call of 37-191 rows gives each row the same bits wherever it sits
+(one kernel; two threads, wider with one), and so does every call of exactly 32 rows (another);
+other counts mix the two, and above 191-700 rows (by shape) a third. A decoder layer's four
+products cost 20 us a row in 32-row calls, 12 in 64-row and 8 in 128-row ones (two threads):
+the weight work of a prefill, which is the most of a batched turn's short prefill.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from typing import Any
 
 __all__ = [
     "GROUP_SIZE",
+    "PREFILL_ROWS",
+    "ROW_BLOCK",
     "Int4Report",
     "available",
     "decoding",
@@ -56,7 +63,8 @@ __all__ = [
 
 GROUP_SIZE = 32
 MAX_ROWS = 16
-ROW_BLOCK = 32  # rows per product of the module's bfloat16 weight (row_blocked_mm)
+ROW_BLOCK = 32  # rows per product in decoding steps of more than max_rows rows
+PREFILL_ROWS = (64, 128)  # the fewest and most rows per product outside decoding steps
 
 
 @dataclass(frozen=True)
@@ -102,17 +110,17 @@ def quantize_groups(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any
     return q.view(n, k).to(torch.int32), scales_zeros.to(torch.float32), float(error)
 
 
-_DECODING = [False]
+_DECODING: list[bool | None] = [None]  # None outside decoding steps, else 4-bit allowed
 
 
 @contextmanager
 def decoding(active: bool = True) -> Iterator[None]:
-    """Inside (``active``): calls of switched layers with at most ``max_rows`` rows use the
-    4-bit copy; with ``active=False`` (a policy without 4-bit weights, possibly on a model
-    another one switched) they use the module's weight. The backend enters it for its
-    one-token decoding steps only, so a prompt's prefill always uses the module's own weight
-    whatever its length (a row's result then does not depend on how its prompt was split
-    between a shared prefix and the rest)."""
+    """Inside: a one-token decoding step. With ``active``, calls of switched layers with at
+    most ``max_rows`` rows use the 4-bit copy; with ``active=False`` (a policy without 4-bit
+    weights, possibly on a model another one switched) they use the module's weight. The
+    backend enters it for its one-token decoding steps only, so a prompt's prefill always uses
+    the module's own weight, in :data:`PREFILL_ROWS` products, whatever its length (a row's
+    result then does not depend on how its prompt was split or packed)."""
     saved, _DECODING[0] = _DECODING[0], bool(active)
     try:
         yield
@@ -127,11 +135,14 @@ def _forward(self: Any, x: Any) -> Any:
     if x.dtype != self.int4_scales.dtype or torch.is_grad_enabled() or x.device.type != "cpu":
         return torch.nn.functional.linear(x, self.weight, self.bias)
     flat = x.reshape(rows, self.in_features)
-    if _DECODING[0] and rows <= self.int4_max_rows:
+    step = _DECODING[0]
+    if step is None:
+        out = row_blocked_mm(flat, self.weight, *PREFILL_ROWS)
+    elif step and rows <= self.int4_max_rows:
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(
             flat, self.int4_weight, GROUP_SIZE, self.int4_scales
         )
-    elif rows == 1:  # the same bits as one row of a block
+    elif rows == 1:  # the same bits as one row of a 32-row block
         out = torch.nn.functional.linear(flat, self.weight)
     else:
         out = row_blocked_mm(flat, self.weight)
@@ -139,20 +150,32 @@ def _forward(self: Any, x: Any) -> Any:
     return out if self.bias is None else out + self.bias
 
 
-def row_blocked_mm(x: Any, weight: Any, block: int = ROW_BLOCK) -> Any:
-    """``x @ weight.T`` in products of exactly ``block`` rows (the last padded with zeros), so
-    each row's result is the same bits whatever the call's row count (module docstring)."""
+def row_blocked_mm(
+    x: Any, weight: Any, smallest: int = ROW_BLOCK, largest: int = ROW_BLOCK
+) -> Any:
+    """``x @ weight.T`` in products of ``smallest`` to ``largest`` rows: the fewest products of
+    at most ``largest`` rows, of equal sizes to within one, each padded with zeros to
+    ``smallest`` rows if shorter. Each row's result is then the same bits whatever the call's
+    row count, where every product of ``smallest`` to ``largest`` rows takes the same kernel
+    (module docstring)."""
     import torch
 
     rows, width = x.shape
-    pad = (-rows) % block
-    if pad:
-        x = torch.cat([x, x.new_zeros((pad, width))])
-    out = x.new_empty((rows + pad, weight.shape[0]))
+    count = max(1, -(-rows // largest))
+    out = x.new_empty((rows, weight.shape[0]))
     transposed = weight.t()
-    for start in range(0, rows + pad, block):
-        torch.mm(x[start : start + block], transposed, out=out[start : start + block])
-    return out[:rows]
+    start = 0
+    for index in range(count):
+        size = rows // count + (index < rows % count)
+        block = x[start : start + size]
+        if size < smallest:
+            padded = x.new_zeros((smallest, width))
+            padded[:size] = block
+            out[start : start + size] = torch.mm(padded, transposed)[:size]
+        else:
+            torch.mm(block, transposed, out=out[start : start + size])
+        start += size
+    return out
 
 
 def _decoder_linears(model: Any) -> list[tuple[str, Any]]:

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from agents.backends.cpu_attention import bmm_decoding, shared_prefix
 from agents.backends.cpu_attention import install as install_attention
+from agents.backends.cpu_kernels import load as load_decode_kernel
+from agents.backends.cpu_kernels import load_error as decode_kernel_error
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
 from agents.backends.hf_loading import (
@@ -166,16 +168,26 @@ class TransformersPolicy(PrefillMixin, Policy):
         if decode not in ("fast", "plain"):
             raise ValueError(f"decode must be fast or plain, got {decode!r}")
         self.plain_decode = decode == "plain"
-        if decode_attention not in ("bmm", "sdpa"):
-            raise ValueError(f"decode_attention must be sdpa or bmm, got {decode_attention!r}")
+        if decode_attention not in ("bmm", "kernel", "sdpa"):
+            raise ValueError(
+                f"decode_attention must be sdpa, bmm or kernel, got {decode_attention!r}"
+            )
         if prefill_attention not in ("bmm", "sdpa"):
             raise ValueError(f"prefill_attention must be sdpa or bmm, got {prefill_attention!r}")
         switched = (
-            "bmm" in (decode_attention, prefill_attention)
+            ("bmm" in (decode_attention, prefill_attention) or decode_attention == "kernel")
             and not self.plain_decode
             and install_attention(self.model)
         )
-        self.bmm_attention = switched and decode_attention == "bmm"
+        self.bmm_attention = switched and decode_attention in ("bmm", "kernel")
+        self.kernel_error: str | None = None
+        self.kernel_attention = False
+        if self.bmm_attention and decode_attention == "kernel":
+            if next(self.model.parameters()).dtype != torch.bfloat16:
+                self.kernel_error = "the kernel is for bfloat16 models"
+            elif load_decode_kernel() is None:
+                self.kernel_error = decode_kernel_error()
+            self.kernel_attention = self.kernel_error is None
         self.bmm_prefill = switched and prefill_attention == "bmm" and writes_in_place()
         self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
         if decode_weights not in ("model", "int4"):
@@ -417,7 +429,7 @@ class TransformersPolicy(PrefillMixin, Policy):
                 position_ids = position_ids[:, -1:] + 1
                 with (
                     int4_decoding(self.int4_report is not None),
-                    bmm_decoding(self.bmm_attention),
+                    bmm_decoding(self.bmm_attention, kernel=self.kernel_attention),
                     shared_prefix(prefix),
                 ):
                     out = self.model(
@@ -500,7 +512,10 @@ class TransformersPolicy(PrefillMixin, Policy):
             "dtype": str(param.dtype).removeprefix("torch.") if param is not None else None,
             "threads": torch.get_num_threads(),
             "decode": "plain" if self.plain_decode else "fast",
-            "decode_attention": "bmm" if self.bmm_attention else "sdpa",
+            "decode_attention": (
+                "kernel" if self.kernel_attention else "bmm" if self.bmm_attention else "sdpa"
+            ),
+            **({"decode_kernel_error": self.kernel_error} if self.kernel_error else {}),
             "prefill_attention": "bmm" if self.bmm_prefill else "sdpa",
             "decode_weights": "int4" if self.int4_report else "model",
             "cascade": self.cascade,

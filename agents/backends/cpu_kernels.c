@@ -1,0 +1,223 @@
+/* One-token decoding attention over bfloat16 keys and values on CPU (agents/backends/cpu_kernels.py).
+ *
+ * Per (row, key head): the query heads of its group score every visible position (the shared
+ * prefix's, then the row's own unmasked ones, packed in that order), a float32 softmax, and the
+ * weighted sum of the values, rounded once to bfloat16. Masked positions are skipped, never
+ * read, and the sums run over the packed visible positions: a row's result does not depend on
+ * how much padding its buffer has, on the other rows, or on the thread count (each (row, key
+ * head) is one thread's work).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIM 256 /* head sizes up to this */
+
+static inline float bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* NaN */
+    v.u += 0x7fffu + ((v.u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(v.u >> 16);
+}
+
+/* dot of two 64-byte aligned float vectors, d elements */
+static inline float dot(const float *a, const float *b, int d) {
+    a = __builtin_assume_aligned(a, 64);
+    b = __builtin_assume_aligned(b, 64);
+    float acc = 0.0f;
+    for (int i = 0; i < d; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+/* out[i] += w * b[i] for a bfloat16 vector b */
+static inline void axpy_bf16(float *out, float w, const uint16_t *b, int d) {
+    for (int i = 0; i < d; i++) out[i] += w * bf16_to_float(b[i]);
+}
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* r[i] = the sum of v[i]'s 16 lanes, for 16 vectors (a fixed tree: the same bits every time) */
+static inline __m512 sum16(const __m512 *v) {
+    __m512 w[8], x[4];
+    for (int i = 0; i < 8; i++)
+        w[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) {
+        __m512d c = _mm512_castps_pd(w[2 * i]), d = _mm512_castps_pd(w[2 * i + 1]);
+        x[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(c, d)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(c, d)));
+    }
+    __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], 0x88),
+                               _mm512_shuffle_f32x4(x[0], x[1], 0xDD));
+    __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(x[2], x[3], 0x88),
+                               _mm512_shuffle_f32x4(x[2], x[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, 0x88),
+                         _mm512_shuffle_f32x4(z01, z23, 0xDD));
+}
+
+static inline __m512 load16_bf16(const uint16_t *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 lanes of partial sums of q . k over 64 elements (their total is the score) */
+static inline __m512 partial_dot_64(const uint16_t *q, const float *qf, const uint16_t *k) {
+#if defined(__AVX512BF16__)
+    (void)qf;
+    __m512i k0 = _mm512_loadu_si512((const void *)k), k1 = _mm512_loadu_si512((const void *)(k + 32));
+    __m512i q0 = _mm512_loadu_si512((const void *)q), q1 = _mm512_loadu_si512((const void *)(q + 32));
+    __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)k0, (__m512bh)q0);
+    return _mm512_dpbf16_ps(acc, (__m512bh)k1, (__m512bh)q1);
+#else
+    (void)q;
+    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qf), load16_bf16(k));
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qf + 16), load16_bf16(k + 16), acc);
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qf + 32), load16_bf16(k + 32), acc);
+    return _mm512_fmadd_ps(_mm512_loadu_ps(qf + 48), load16_bf16(k + 48), acc);
+#endif
+}
+
+static void score_rows_64(const uint16_t *q, const float *qf, const uint16_t *const *krows,
+                          int n, int groups, float *scores, int stride, float scale) {
+    __m512 parts[16];
+    __m512 factor = _mm512_set1_ps(scale);
+    for (int t0 = 0; t0 < n; t0 += 16) {
+        int m = n - t0 < 16 ? n - t0 : 16;
+        for (int g = 0; g < groups; g++) {
+            for (int i = 0; i < 16; i++)
+                parts[i] = i < m ? partial_dot_64(q + g * 64, qf + g * 64, krows[t0 + i])
+                                 : _mm512_setzero_ps();
+            __m512 r = _mm512_mul_ps(sum16(parts), factor);
+            _mm512_mask_storeu_ps(scores + (size_t)g * stride + t0, (__mmask16)((1u << m) - 1), r);
+        }
+    }
+}
+
+static void weigh_rows_64(float *acc, const uint16_t *const *vrows, int n, int groups,
+                          const float *probs, int stride) {
+    for (int g0 = 0; g0 < groups; g0 += 4) {
+        int gc = groups - g0 < 4 ? groups - g0 : 4;
+        __m512 a[4][4];
+        for (int g = 0; g < 4; g++)
+            for (int c = 0; c < 4; c++) a[g][c] = _mm512_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            __m512 v[4];
+            for (int c = 0; c < 4; c++) v[c] = load16_bf16(vrows[t] + 16 * c);
+            for (int g = 0; g < 4; g++) {
+                if (g >= gc) break;
+                __m512 w = _mm512_set1_ps(probs[(size_t)(g0 + g) * stride + t]);
+                for (int c = 0; c < 4; c++) a[g][c] = _mm512_fmadd_ps(w, v[c], a[g][c]);
+            }
+        }
+        for (int g = 0; g < gc; g++)
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(acc + (g0 + g) * 64 + 16 * c, a[g][c]);
+    }
+}
+#define HAVE_ROWS_64 1
+#endif
+
+static void *aligned(size_t bytes) {
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                    const uint8_t *mask, const uint16_t *pk, const uint16_t *pv, int prefix,
+                    uint16_t *out, int groups, int dim, int length, float scale) {
+    /* q, out: [groups][dim]; k, v: [length][dim] (this row and key head); mask: [length] or
+     * NULL; pk, pv: [prefix][dim] or NULL. Every float array starts 64-byte aligned and every
+     * per-group row at a multiple of 16 floats, so the compiler's vectorised loops split their
+     * work the same way whatever the addresses: the bits depend on the visible positions only. */
+    int total = prefix + length;
+    int stride = (total + 15) / 16 * 16, width = (dim + 15) / 16 * 16;
+    float *qf = aligned(sizeof(float) * (size_t)groups * width * 2 + 64 * sizeof(float));
+    float *scores = aligned(sizeof(float) * (size_t)groups * (stride > 0 ? stride : 16));
+    const uint16_t **krows = malloc(sizeof(*krows) * (size_t)(total > 0 ? total : 1));
+    const uint16_t **vrows = malloc(sizeof(*vrows) * (size_t)(total > 0 ? total : 1));
+    if (!qf || !scores || !krows || !vrows || dim > MAX_DIM) {
+        free(qf); free(scores); free(krows); free(vrows);
+        return 1;
+    }
+    float *acc = qf + (size_t)groups * width;
+    for (int g = 0; g < groups; g++)
+        for (int i = 0; i < dim; i++) qf[g * width + i] = bf16_to_float(q[g * dim + i]);
+    int n = 0;
+    for (int j = 0; j < prefix; j++, n++) {
+        krows[n] = pk + (size_t)j * dim;
+        vrows[n] = pv + (size_t)j * dim;
+    }
+    for (int j = 0; j < length; j++) {
+        if (mask && !mask[j]) continue;
+        krows[n] = k + (size_t)j * dim;
+        vrows[n] = v + (size_t)j * dim;
+        n++;
+    }
+#ifdef HAVE_ROWS_64
+    if (dim == 64)
+        score_rows_64(q, qf, krows, n, groups, scores, stride, scale);
+    else
+#endif
+        for (int t = 0; t < n; t++) {
+            float kf[MAX_DIM] __attribute__((aligned(64)));
+            for (int i = 0; i < dim; i++) kf[i] = bf16_to_float(krows[t][i]);
+            for (int g = 0; g < groups; g++)
+                scores[(size_t)g * stride + t] = dot(qf + g * width, kf, dim) * scale;
+        }
+    for (int g = 0; g < groups; g++) {
+        float *s = scores + (size_t)g * stride;
+        float high = -3.4e38f;
+        for (int t = 0; t < n; t++) high = s[t] > high ? s[t] : high;
+        float sum = 0.0f;
+        for (int t = 0; t < n; t++) {
+            s[t] = expf(s[t] - high);
+            sum += s[t];
+        }
+        float inv = n ? 1.0f / sum : 0.0f;
+        for (int t = 0; t < n; t++) s[t] *= inv;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)groups * width);
+#ifdef HAVE_ROWS_64
+    if (dim == 64)
+        weigh_rows_64(acc, vrows, n, groups, scores, stride);
+    else
+#endif
+        for (int t = 0; t < n; t++)
+            for (int g = 0; g < groups; g++)
+                axpy_bf16(acc + g * width, scores[(size_t)g * stride + t], vrows[t], dim);
+    for (int g = 0; g < groups; g++)
+        for (int i = 0; i < dim; i++) out[g * dim + i] = float_to_bf16(acc[g * width + i]);
+    free(qf); free(scores); free(krows); free(vrows);
+    return 0;
+}
+
+/* q: [rows][heads][dim]; k, v: [rows][kv_heads][capacity][dim], positions < length used;
+ * mask: [rows][length] (nonzero: visible) or NULL; pk, pv: [kv_heads][prefix][dim] or NULL;
+ * out: [rows][heads][dim]. Returns the number of (row, key head) items that failed (out of
+ * memory), 0 on success. */
+int decode_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const uint8_t *mask, const uint16_t *pk, const uint16_t *pv,
+                          int prefix, uint16_t *out, int rows, int heads, int kv_heads,
+                          int dim, int capacity, int length, float scale, int threads) {
+    int groups = heads / kv_heads;
+    int items = rows * kv_heads;
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : failed)
+    for (int item = 0; item < items; item++) {
+        int row = item / kv_heads, head = item % kv_heads;
+        size_t kv = ((size_t)row * kv_heads + head) * (size_t)capacity * dim;
+        size_t qo = ((size_t)row * heads + (size_t)head * groups) * dim;
+        size_t po = (size_t)head * prefix * dim;
+        failed += one_item(q + qo, k + kv, v + kv, mask ? mask + (size_t)row * length : NULL,
+                           pk ? pk + po : NULL, pv ? pv + po : NULL, pk ? prefix : 0, out + qo,
+                           groups, dim, length, scale);
+    }
+    return failed;
+}

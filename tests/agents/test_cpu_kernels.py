@@ -1,0 +1,139 @@
+"""The compiled decoding attention (agents/backends/cpu_kernels.py): close to a float32 pass, a
+row's output the same bits alone, batched, padded, split at a shared prefix or not, at any
+thread count; the backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from agents.backends import cpu_kernels
+from agents.backends.transformers_backend import TransformersPolicy
+from agents.policy import SamplingParams
+
+from .conftest import CONVERSATIONS, logprob_gap, teacher_forced_diff
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"
+)
+
+
+def _inputs(rows, kv_heads, groups, dim, capacity, prefix, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(shape, generator=g).to(torch.bfloat16)
+
+    query = randn(rows, kv_heads * groups, 1, dim)
+    keys, values = randn(rows, kv_heads, capacity, dim), randn(rows, kv_heads, capacity, dim)
+    shared = (randn(kv_heads, prefix, dim), randn(kv_heads, prefix, dim)) if prefix else None
+    return query, keys, values, shared
+
+
+def _reference(query, keys, values, length, mask, prefix, scale):
+    rows, heads, _, dim = query.shape
+    kv_heads = keys.shape[1]
+    out = []
+    for row in range(rows):
+        visible = mask[row].bool() if mask is not None else torch.ones(length, dtype=torch.bool)
+        k = keys[row, :, :length][:, visible].float()
+        v = values[row, :, :length][:, visible].float()
+        if prefix is not None:
+            k, v = torch.cat([prefix[0].float(), k], 1), torch.cat([prefix[1].float(), v], 1)
+        q = query[row, :, 0].float().view(kv_heads, heads // kv_heads, dim)
+        out.append((torch.softmax(q @ k.transpose(1, 2) * scale, -1) @ v).reshape(heads, dim))
+    return torch.stack(out)[:, None]
+
+
+@pytest.mark.parametrize("dim,groups,prefix", [(64, 3, 40), (64, 3, 0), (32, 2, 17), (48, 1, 0)])
+def test_kernel_matches_a_float32_pass(dim, groups, prefix) -> None:
+    assert cpu_kernels.load() is not None, cpu_kernels.load_error()
+    query, keys, values, shared = _inputs(4, 2, groups, dim, 70, prefix)
+    length = 61
+    mask = torch.ones((4, length), dtype=torch.uint8)
+    mask[1, :20] = 0  # left padding
+    mask[2, 5:9] = 0  # a hole
+    mask[3, :] = 0  # nothing of its own (only the prefix, or no position at all)
+    got = cpu_kernels.decode_attention(query, keys, values, length, mask, shared, dim**-0.5)
+    want = _reference(query, keys, values, length, mask, shared, dim**-0.5)
+    assert got.shape == (4, 1, 2 * groups, dim) and got.dtype == torch.bfloat16
+    if not prefix:
+        assert torch.equal(got[3], torch.zeros_like(got[3]))
+        got, want = got[:3], want[:3]
+    assert (got.float() - want).abs().max() < 1e-2  # bfloat16 output rounding, no more
+
+
+def test_a_row_gets_the_same_bits_alone_batched_padded_or_split() -> None:
+    query, keys, values, shared = _inputs(6, 3, 3, 64, 300, 90, seed=1)
+    lengths = [260, 200, 140, 270, 50, 270]  # each row's own tokens, right-aligned at 280
+    width = 280
+    mask = torch.zeros((6, width), dtype=torch.uint8)
+    for row, n in enumerate(lengths):
+        mask[row, width - n :] = 1
+    batched = cpu_kernels.decode_attention(query, keys, values, width, mask, shared, 0.125)
+    threads = torch.get_num_threads()
+    for row, n in enumerate(lengths):
+        for pad, count in [(0, threads), (37, 1), (5, 2)]:  # less padding, other thread counts
+            k = torch.zeros((1, 3, n + pad + 11, 64), dtype=torch.bfloat16)
+            v = torch.zeros_like(k)
+            k[0, :, pad : pad + n] = keys[row, :, width - n : width]
+            v[0, :, pad : pad + n] = values[row, :, width - n : width]
+            alone_mask = torch.zeros((1, pad + n), dtype=torch.uint8)
+            alone_mask[0, pad:] = 1
+            torch.set_num_threads(count)
+            try:
+                alone = cpu_kernels.decode_attention(
+                    query[row : row + 1], k, v, pad + n, alone_mask, shared, 0.125
+                )
+            finally:
+                torch.set_num_threads(threads)
+            assert torch.equal(alone[0], batched[row]), (row, pad, count)
+        # the cascade's split: the prefix as the row's own first positions instead
+        k = torch.cat([shared[0][None], keys[row : row + 1, :, width - n : width]], 2)
+        v = torch.cat([shared[1][None], values[row : row + 1, :, width - n : width]], 2)
+        whole = cpu_kernels.decode_attention(query[row : row + 1], k, v, k.shape[2], None, None, 0.125)
+        assert torch.equal(whole[0], batched[row]), row
+
+
+def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
+    """With 4-bit decoding weights (whose products are row-independent: oneDNN's bfloat16
+    ``linear`` is not, for some row counts on AMX CPUs) a row's reply is the same bits alone or
+    batched, with or without the cascade's split."""
+    bf16 = {"device": "cpu", "dtype": "bfloat16", "decode_weights": "int4"}
+    kernel = TransformersPolicy(str(tiny_model_dir), **bf16, decode_attention="kernel")
+    assert kernel.run_metadata()["decode_attention"] == "kernel"
+    assert "decode_kernel_error" not in kernel.run_metadata()
+    greedy = SamplingParams(temperature=0, max_new_tokens=16)
+    batched = kernel.generate(CONVERSATIONS, greedy)
+    assert teacher_forced_diff(kernel, CONVERSATIONS, batched) < 0.05
+    for i, conversation in enumerate(CONVERSATIONS):
+        alone = kernel.generate([conversation], greedy)[0]
+        assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
+    no_cascade = TransformersPolicy(
+        str(tiny_model_dir), **bf16, decode_attention="kernel", cascade=False
+    )
+    assert no_cascade.generate(CONVERSATIONS, greedy) == batched  # the split changes nothing
+    bmm = TransformersPolicy(str(tiny_model_dir), **bf16, decode_attention="bmm")
+    assert logprob_gap(bmm.generate(CONVERSATIONS, greedy), batched) < 0.05
+    fp32 = TransformersPolicy(str(tiny_model_dir), device="cpu", decode_attention="kernel")
+    meta = fp32.run_metadata()
+    assert meta["decode_attention"] == "sdpa"  # only bfloat16/float16 models switch
+
+
+def test_without_a_compiler_the_backend_keeps_the_bmm_path(
+    tiny_model_dir, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("AGENTENVS_CACHE", str(tmp_path / "cache"))
+    assert cpu_kernels.load() is None
+    assert "no-such-compiler" in cpu_kernels.load_error()
+    policy = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", dtype="bfloat16", decode_attention="kernel"
+    )
+    meta = policy.run_metadata()
+    assert meta["decode_attention"] == "bmm" and "no-such-compiler" in meta["decode_kernel_error"]
+    outs = policy.generate(CONVERSATIONS, SamplingParams(temperature=0, max_new_tokens=8))
+    assert all(o.token_ids for o in outs)
