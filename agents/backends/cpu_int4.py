@@ -150,9 +150,7 @@ def _forward(self: Any, x: Any) -> Any:
     return out if self.bias is None else out + self.bias
 
 
-def row_blocked_mm(
-    x: Any, weight: Any, smallest: int = ROW_BLOCK, largest: int = ROW_BLOCK
-) -> Any:
+def row_blocked_mm(x: Any, weight: Any, smallest: int = ROW_BLOCK, largest: int = ROW_BLOCK) -> Any:
     """``x @ weight.T`` in products of ``smallest`` to ``largest`` rows: the fewest products of
     at most ``largest`` rows, of equal sizes to within one, each padded with zeros to
     ``smallest`` rows if shorter. Each row's result is then the same bits whatever the call's

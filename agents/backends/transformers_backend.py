@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 from agents.backends.cpu_attention import bmm_decoding, shared_prefix
 from agents.backends.cpu_attention import install as install_attention
-from agents.backends.cpu_kernels import load as load_decode_kernel
-from agents.backends.cpu_kernels import load_error as decode_kernel_error
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
+from agents.backends.cpu_kernels import load as load_decode_kernel
+from agents.backends.cpu_kernels import load_error as decode_kernel_error
 from agents.backends.hf_loading import (
     cpu_has_bf16,
     end_of_reply_ids,
@@ -107,7 +107,11 @@ class TransformersPolicy(PrefillMixin, Policy):
     attention with two batched matrix products instead of SDPA's flash kernel (the model's
     attention implementation is switched; 1.3x the embedded model's eval tokens/s), scores
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
-    of 1e-4, :mod:`agents.backends.cpu_attention`; the embedded agent's default),
+    of 1e-4, :mod:`agents.backends.cpu_attention`; ``kernel``: the same steps with a compiled
+    kernel, float32 scores and sums, masked positions skipped, one call per layer
+    (:mod:`agents.backends.cpu_kernels`, built with the system C compiler on first use; where it
+    cannot be, the ``bmm`` path, and the run metadata's ``decode_kernel_error`` says why), the
+    embedded agent's default),
     ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
     prefill, a bfloat16/float16 model on CPU, prompts run in chunks of at most 256 tokens with
     attention as two batched matrix products per row, the batch's rows packed into shared
@@ -117,7 +121,8 @@ class TransformersPolicy(PrefillMixin, Policy):
     model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
     linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
     Q4_1 model such as the embedded one up to the bfloat16 rounding of its block scales, lossy
-    for others, :mod:`agents.backends.cpu_int4`), ``cascade`` (with ``decode_attention="bmm"``,
+    for others, :mod:`agents.backends.cpu_int4`), ``cascade`` (with ``decode_attention`` ``bmm``
+    or ``kernel``,
     default True: when every row of a batch starts with the same rendered system message, its
     keys and values are kept once outside the rows' caches and each decoding step reads them
     once for all rows, :func:`agents.backends.kv_cache.split_shared_prefix`; the split is the

@@ -93,7 +93,9 @@ def test_a_row_gets_the_same_bits_alone_batched_padded_or_split() -> None:
         # the cascade's split: the prefix as the row's own first positions instead
         k = torch.cat([shared[0][None], keys[row : row + 1, :, width - n : width]], 2)
         v = torch.cat([shared[1][None], values[row : row + 1, :, width - n : width]], 2)
-        whole = cpu_kernels.decode_attention(query[row : row + 1], k, v, k.shape[2], None, None, 0.125)
+        whole = cpu_kernels.decode_attention(
+            query[row : row + 1], k, v, k.shape[2], None, None, 0.125
+        )
         assert torch.equal(whole[0], batched[row]), row
 
 
