@@ -55,8 +55,10 @@ __all__ = [
     "Int4Report",
     "available",
     "decoding",
+    "decoding_active",
     "install",
     "install_for",
+    "product",
     "quantize_groups",
     "row_blocked_mm",
 ]
@@ -74,6 +76,7 @@ class Int4Report:
 
     layers: int
     max_relative_error: float
+    compiled: bool = False  # every layer's copy is the compiled kernel's (cpu_kernels)
 
 
 def available() -> bool:
@@ -128,19 +131,42 @@ def decoding(active: bool = True) -> Iterator[None]:
         _DECODING[0] = saved
 
 
+def decoding_active() -> bool:
+    """Whether the innermost :func:`decoding` allows the 4-bit copies (a decoding step of a
+    policy with 4-bit weights)."""
+    return bool(_DECODING[0])
+
+
+# Fused copies for lean decoding steps (agents.backends.cpu_decode_step): one product instead of
+# several sharing an input; a column's result does not depend on which columns share the call.
+FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
+
+
+def product(x: Any, packed: Any, scales: Any, out_features: int, compiled: bool) -> Any:
+    """``x @ w.T`` for ``x`` bfloat16 ``[rows, K]`` and a 4-bit copy made by :func:`install`:
+    the compiled kernel's layout (``compiled``) or torch's."""
+    import torch
+
+    if compiled:
+        from agents.backends.cpu_kernels import int4_linear
+
+        return int4_linear(x, packed, scales, out_features)
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP_SIZE, scales)
+
+
 def _forward(self: Any, x: Any) -> Any:
     import torch
 
     rows = x.numel() // self.in_features
-    if x.dtype != self.int4_scales.dtype or torch.is_grad_enabled() or x.device.type != "cpu":
+    if x.dtype != self.weight.dtype or torch.is_grad_enabled() or x.device.type != "cpu":
         return torch.nn.functional.linear(x, self.weight, self.bias)
     flat = x.reshape(rows, self.in_features)
     step = _DECODING[0]
     if step is None:
         out = row_blocked_mm(flat, self.weight, *PREFILL_ROWS)
     elif step and rows <= self.int4_max_rows:
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            flat, self.int4_weight, GROUP_SIZE, self.int4_scales
+        out = product(
+            flat, self.int4_weight, self.int4_scales, self.out_features, self.int4_compiled
         )
     elif rows == 1:  # the same bits as one row of a 32-row block
         out = torch.nn.functional.linear(flat, self.weight)
@@ -206,7 +232,9 @@ def _checkpoint_weights(directory: Path, names: set[str]) -> dict[str, Any]:
     return found
 
 
-def install_for(model: Any, source: str | Path | None = None) -> Int4Report | None:
+def install_for(
+    model: Any, source: str | Path | None = None, *, compiled: bool = True
+) -> Int4Report | None:
     """:func:`install` when it applies (the kernel exists, the model is bfloat16 on CPU; the
     kernel's float32 path is far slower than bfloat16 ``linear``), else None. ``source``: the
     model's directory, whose float32 weights are quantized when it has them."""
@@ -224,7 +252,21 @@ def install_for(model: Any, source: str | Path | None = None) -> Int4Report | No
     weights: dict[str, Any] = {}
     if source and Path(source).is_dir():
         weights = _checkpoint_weights(Path(source), {f"{n}.weight" for n, _ in linears})
-    return install(model, weights)
+    return install(model, weights, compiled=compiled)
+
+
+def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, Any, bool]:
+    """(packed weight, scales, whether the compiled kernel's layout) of one 4-bit copy."""
+    import torch
+
+    from agents.backends import cpu_kernels
+
+    n, k = q.shape
+    if compiled and n % 64 == 0 and k % GROUP_SIZE == 0 and cpu_kernels.load() is not None:
+        packed, scales = cpu_kernels.pack_int4(q, scales_zeros)
+        return packed, scales, True
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    return packed, scales_zeros.to(dtype), False
 
 
 def install(
@@ -232,27 +274,60 @@ def install(
     source: Mapping[str, Any] | None = None,
     *,
     max_rows: int = MAX_ROWS,
+    compiled: bool = True,
 ) -> Int4Report:
     """Give every ``nn.Linear`` of ``model``'s decoder layers (not the LM head) a 4-bit copy of
     its weight for calls of at most ``max_rows`` rows. ``source``: float32 weights by parameter
     name (e.g. the checkpoint's), quantized instead of the module's own, possibly rounded,
     weight. The parameters and ``state_dict`` are unchanged (the copies are non-persistent
     buffers)."""
-    import torch
 
     if not available():
         raise RuntimeError("this torch build has no _weight_int4pack_mm_for_cpu kernel")
     layers, worst = 0, 0.0
+    kinds: set[bool] = set()
+    quantized: dict[str, tuple[Any, Any]] = {}
     for name, module in _decoder_linears(model):
         weight = (source or {}).get(f"{name}.weight", module.weight)
         q, scales_zeros, error = quantize_groups(weight)
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        quantized[name] = (q, scales_zeros)
+        packed, scales, module.int4_compiled = _pack(q, scales_zeros, module.weight.dtype, compiled)
         module.register_buffer("int4_weight", packed, persistent=False)
-        module.register_buffer(
-            "int4_scales", scales_zeros.to(module.weight.dtype), persistent=False
-        )
+        module.register_buffer("int4_scales", scales, persistent=False)
         module.int4_max_rows = int(max_rows)
         module.forward = types.MethodType(_forward, module)
         layers += 1
         worst = max(worst, error)
-    return Int4Report(layers, worst)
+        kinds.add(module.int4_compiled)
+    _install_fused(model, quantized)
+    return Int4Report(layers, worst, compiled=kinds == {True})
+
+
+def _install_fused(model: Any, quantized: Mapping[str, tuple[Any, Any]]) -> None:
+    """Give each module whose children are one of :data:`FUSED`'s groups (all switched, the
+    same dtype) the group's 4-bit copy, ``int4_<group>_weight`` and ``int4_<group>_scales``:
+    the children's rows stacked in order."""
+    import torch
+
+    modules = dict(model.named_modules())
+    parents = {name.rpartition(".")[0] for name in quantized}
+    for parent in sorted(parents):
+        for group, children in FUSED.items():
+            names = [f"{parent}.{child}" for child in children]
+            if not all(n in quantized for n in names):
+                continue
+            first = modules[names[0]]
+            if len({modules[n].int4_compiled for n in names}) != 1:
+                continue
+            q = torch.cat([quantized[n][0] for n in names])
+            if q.shape[0] % 64:  # the packings' block of output rows
+                continue
+            scales_zeros = torch.cat([quantized[n][1] for n in names], dim=1)
+            packed, scales, compiled = _pack(
+                q, scales_zeros, first.weight.dtype, first.int4_compiled
+            )
+            owner = modules[parent]
+            owner.register_buffer(f"int4_{group}_weight", packed, persistent=False)
+            owner.register_buffer(f"int4_{group}_scales", scales, persistent=False)
+            setattr(owner, f"int4_{group}_compiled", compiled)
+            setattr(owner, f"int4_{group}_outputs", q.shape[0])

@@ -221,3 +221,125 @@ int decode_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *
     }
     return failed;
 }
+
+/* ----- 4-bit groupwise weights times bfloat16 rows (decoding steps' linear layers) -----
+ *
+ * out[m][n] = bf16(sum over k of x[m][k] * w[n][k]), w = q * s + low per group of 32 k and
+ * column n (q in 0..15; s and low float32).
+ *
+ * With AVX-512 VNNI each row's 32 values of a group are written as s_x * (h + l / 254), h and
+ * l int8 (h = round(x / s_x), s_x = max |x| / 127; l the rounded remainder: about 15 bits per
+ * value, finer than bfloat16's 8 for all but values far below the group's largest), and
+ * sum(q * x) = s_x * (sum(q * h) + sum(q * l) / 254) comes from exact integer dot products;
+ * the low term uses the float32 sum of the group's x. Elsewhere plain float32 sums. Either
+ * way a row's sums are its own, in a fixed order: the same bits whatever the row count,
+ * blocking or thread count.
+ *
+ * packed: [N/64 blocks][K/32 groups][4 panels of 16 columns][4 chunks][64 bytes]; byte
+ * 4 * c + i of chunk j holds column (panel * 16 + c)'s q at k = 8j + i (low nibble) and
+ * k = 8j + 4 + i (high nibble). scales: [N/64][K/32][2][64]: s, then low, per column. */
+#define INT4_ROWS 16  /* rows per call at most */
+#define INT4_MAX_K 8192
+
+typedef struct {
+    int m_rows, n, k, groups;
+    const int8_t *xh, *xl;  /* [m][k] */
+    const float *sx, *xsum; /* [m][groups] */
+    const float *xf;        /* [m][k] float32 (the plain path) */
+} int4_rows;
+
+static inline uint8_t int4_q(const uint8_t *group, int col, int kk) {
+    /* q of column col (0..63) at k offset kk (0..31) within one block-group */
+    const uint8_t *chunk = group + ((col / 16) * 4 + kk / 8) * 64;
+    uint8_t byte = chunk[4 * (col % 16) + kk % 4];
+    return (kk % 8) < 4 ? (byte & 15) : (byte >> 4);
+}
+
+static void int4_block(const int4_rows *r, const uint8_t *packed, const float *scales,
+                       uint16_t *out, int block) {
+    float acc[INT4_ROWS * 64] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof(float) * 64 * (size_t)r->m_rows);
+    for (int g = 0; g < r->groups; g++) {
+        const uint8_t *p = packed + ((size_t)block * r->groups + g) * 1024;
+        const float *sc = scales + ((size_t)block * r->groups + g) * 128;
+#if defined(__AVX512VNNI__)
+        const __m512i nibble = _mm512_set1_epi8(15);
+        const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
+        for (int panel = 0; panel < 4; panel++) {
+            __m512i w[8];
+            for (int j = 0; j < 4; j++) {
+                __m512i chunk = _mm512_loadu_si512((const void *)(p + (panel * 4 + j) * 64));
+                w[2 * j] = _mm512_and_si512(chunk, nibble);
+                w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), nibble);
+            }
+            __m512 s = _mm512_load_ps(sc + panel * 16), low = _mm512_load_ps(sc + 64 + panel * 16);
+            for (int m = 0; m < r->m_rows; m++) {
+                const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
+                const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
+                __m512i ih = _mm512_setzero_si512(), il = _mm512_setzero_si512();
+                for (int q = 0; q < 8; q++) {
+                    ih = _mm512_dpbusd_epi32(ih, w[q], _mm512_set1_epi32(h[q]));
+                    il = _mm512_dpbusd_epi32(il, w[q], _mm512_set1_epi32(l[q]));
+                }
+                __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), inv254, _mm512_cvtepi32_ps(ih));
+                t = _mm512_mul_ps(t, _mm512_set1_ps(r->sx[m * r->groups + g]));
+                float *a = acc + m * 64 + panel * 16;
+                __m512 v = _mm512_fmadd_ps(s, t, _mm512_load_ps(a));
+                v = _mm512_fmadd_ps(low, _mm512_set1_ps(r->xsum[m * r->groups + g]), v);
+                _mm512_store_ps(a, v);
+            }
+        }
+#else
+        for (int m = 0; m < r->m_rows; m++) {
+            const float *xa = r->xf + (size_t)m * r->k + g * 32;
+            for (int c = 0; c < 64; c++) {
+                float sum = 0.0f;
+                for (int kk = 0; kk < 32; kk++)
+                    sum = fmaf(xa[kk], fmaf((float)int4_q(p, c, kk), sc[c], sc[64 + c]), sum);
+                acc[m * 64 + c] += sum;
+            }
+        }
+#endif
+    }
+    for (int m = 0; m < r->m_rows; m++)
+        for (int c = 0; c < 64; c++)
+            out[(size_t)m * r->n + block * 64 + c] = float_to_bf16(acc[m * 64 + c]);
+}
+
+/* 0 on success; -1 for shapes it does not take (more than INT4_ROWS rows, n % 64, k % 32) */
+int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales,
+                     uint16_t *out, int m_rows, int n, int k, int threads) {
+    if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
+    static __thread int8_t xh[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
+    static __thread int8_t xl[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
+    static __thread float xf[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
+    static __thread float sx[INT4_ROWS * INT4_MAX_K / 32], xsum[INT4_ROWS * INT4_MAX_K / 32];
+    const int groups = k / 32;
+    for (int m = 0; m < m_rows; m++)
+        for (int g = 0; g < groups; g++) {
+            const size_t base = (size_t)m * k + g * 32;
+            float big = 0.0f, total = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float v = bf16_to_float(x[base + i]);
+                xf[base + i] = v;
+                total += v;
+                big = fmaxf(big, fabsf(v));
+            }
+            const float scale = big / 127.0f, inverse = big > 0.0f ? 127.0f / big : 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float y = xf[base + i] * inverse;
+                float hi = nearbyintf(y);
+                float lo = nearbyintf((y - hi) * 254.0f);
+                xh[base + i] = (int8_t)hi;
+                xl[base + i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, lo));
+            }
+            sx[m * groups + g] = scale;
+            xsum[m * groups + g] = total;
+        }
+    const int4_rows rows = {m_rows, n, k, groups, xh, xl, sx, xsum, xf};
+    const int blocks = n / 64;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int block = 0; block < blocks; block++)
+        int4_block(&rows, packed, scales, out, block);
+    return 0;
+}

@@ -37,7 +37,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_DIM", "SOURCE", "decode_attention", "kernel_dir", "load", "load_error"]
+__all__ = [
+    "INT4_ROWS",
+    "MAX_DIM",
+    "SOURCE",
+    "decode_attention",
+    "int4_linear",
+    "kernel_dir",
+    "load",
+    "load_error",
+    "pack_int4",
+]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 MAX_DIM = 256  # head sizes the kernel takes (MAX_DIM in cpu_kernels.c)
@@ -107,7 +117,10 @@ def load() -> Any:
         function.restype = number
         function.argtypes = [pointer] * 6 + [number, pointer] + [number] * 6
         function.argtypes += [ctypes.c_float, number]
-        _STATE["function"] = function
+        int4 = library.int4_linear_bf16
+        int4.restype = number
+        int4.argtypes = [pointer] * 4 + [number] * 4
+        _STATE["function"], _STATE["int4"] = function, int4
         _self_check()
     except Exception as exc:  # noqa: BLE001 (any failure means: keep the bmm path)
         function, error = None, f"{type(exc).__name__}: {exc}"
@@ -164,6 +177,57 @@ def decode_attention(
     return out
 
 
+INT4_ROWS = 16  # rows per int4_linear call at most (INT4_ROWS in cpu_kernels.c)
+
+
+def pack_int4(q: Any, scales_zeros: Any) -> tuple[Any, Any]:
+    """:func:`int4_linear`'s layout of 4-bit weights: ``q`` int ``[N, K]`` in 0..15 and
+    ``scales_zeros`` float32 ``[K / 32, N, 2]`` (scale, zero; ``w = (q - 8) * scale + zero``,
+    :func:`agents.backends.cpu_int4.quantize_groups`) as (packed uint8, float32 scales and
+    lows, ``w = q * scale + low``; the layout is ``cpu_kernels.c``'s). ``N % 64 == 0`` and
+    ``K % 32 == 0``."""
+    import torch
+
+    n, k = q.shape
+    if n % 64 or k % 32:
+        raise ValueError(f"int4_linear takes N % 64 == 0 and K % 32 == 0, got {n} x {k}")
+    blocks, groups = n // 64, k // 32
+    # [block, panel, column, group, chunk, low/high, i] -> [block, group, panel, chunk, column, i]
+    nib = q.to(torch.uint8).view(blocks, 4, 16, groups, 4, 2, 4)
+    packed = (nib[..., 0, :] | (nib[..., 1, :] << 4)).permute(0, 3, 1, 4, 2, 5).contiguous()
+    scale = scales_zeros[..., 0].double()
+    low = scales_zeros[..., 1].double() - 8 * scale
+    pair = torch.stack([scale, low], dim=0).float()  # [2, groups, N]
+    pair = pair.view(2, groups, blocks, 64).permute(2, 1, 0, 3).contiguous()
+    return packed.view(-1), pair.view(-1)
+
+
+def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
+    """``x @ w.T`` in bfloat16 for ``x`` bfloat16 ``[rows, K]`` (at most :data:`INT4_ROWS`
+    rows) and 4-bit weights from :func:`pack_int4`: float32 sums over ``k`` in order, the same
+    bits for a row whatever the call's row count or thread count."""
+    import torch
+
+    if load() is None:
+        raise RuntimeError(f"the compiled kernels are not available: {load_error()}")
+    rows, width = x.shape
+    x = x.contiguous()
+    out = torch.empty((rows, out_features), dtype=torch.bfloat16)
+    failed = _STATE["int4"](
+        x.data_ptr(),
+        packed.data_ptr(),
+        scales.data_ptr(),
+        out.data_ptr(),
+        rows,
+        out_features,
+        width,
+        torch.get_num_threads(),
+    )
+    if failed:
+        raise ValueError(f"int4_linear cannot take {rows} rows of {width} -> {out_features}")
+    return out
+
+
 def _self_check() -> None:
     """The kernel against a float32 reference on random inputs (a miscompile fails here)."""
     import torch
@@ -190,3 +254,11 @@ def _self_check() -> None:
         want = (torch.softmax(q @ k.transpose(1, 2) * 0.125, -1) @ v).reshape(-1, dim)
         if not torch.allclose(got[row, 0], want, atol=2e-2, rtol=2e-2):
             raise RuntimeError("the compiled kernel disagrees with a float32 reference")
+    q = torch.randint(0, 16, (128, 64), generator=generator, dtype=torch.int32)
+    scales_zeros = torch.rand((2, 128, 2), generator=generator)
+    x = torch.randn((3, 64), generator=generator).to(torch.bfloat16)
+    groups = scales_zeros.repeat_interleave(32, dim=0).transpose(0, 1)  # [N, K, 2]
+    weight = (q.float() - 8) * groups[..., 0] + groups[..., 1]
+    got = int4_linear(x, *pack_int4(q, scales_zeros), 128).float()
+    if not torch.allclose(got, x.float() @ weight.T, atol=5e-2, rtol=2e-2):
+        raise RuntimeError("the compiled 4-bit product disagrees with a float32 reference")

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.backends.cpu_attention import bmm_decoding, shared_prefix
 from agents.backends.cpu_attention import install as install_attention
+from agents.backends.cpu_decode_step import LeanDecoder
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
 from agents.backends.cpu_kernels import load as load_decode_kernel
@@ -150,6 +151,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         prefill_attention: str = "sdpa",
         decode_weights: str = "model",
         cascade: bool | str = True,
+        decode_step: str = "lean",
         model_obj: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -195,12 +197,20 @@ class TransformersPolicy(PrefillMixin, Policy):
             self.kernel_attention = self.kernel_error is None
         self.bmm_prefill = switched and prefill_attention == "bmm" and writes_in_place()
         self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
-        if decode_weights not in ("model", "int4"):
-            raise ValueError(f"decode_weights must be model or int4, got {decode_weights!r}")
+        if decode_weights not in ("model", "int4", "int4_torch"):
+            raise ValueError(
+                f"decode_weights must be model, int4 or int4_torch, got {decode_weights!r}"
+            )
         self.int4_report = None
-        if decode_weights == "int4" and not self.plain_decode:
-            self.int4_report = install_int4(self.model, model)
+        self._int4_compiled = decode_weights == "int4"
+        if decode_weights != "model" and not self.plain_decode:
+            self.int4_report = install_int4(self.model, model, compiled=self._int4_compiled)
             self._int4_weights = weights_fingerprint(self.model)
+        if decode_step not in ("lean", "model"):
+            raise ValueError(f"decode_step must be lean or model, got {decode_step!r}")
+        self.lean_decoder, self.lean_error = None, "decode_step=model"
+        if decode_step == "lean":
+            self.lean_decoder, self.lean_error = LeanDecoder.build(self.model)
         if prefill not in ("auto", "rows", "batch"):
             raise ValueError(f"prefill must be auto, rows or batch, got {prefill!r}")
         self.rowwise_prefill = prefill == "rows" or (
@@ -220,6 +230,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         self._system_ids: dict[str, list[int]] = {}  # rendered system messages' tokens
         self.cascade_rows = 0  # rows decoded with the shared prefix kept once (cascade)
         self.packed_rows = 0  # rows prefilled in a forward pass shared with other rows
+        self.lean_steps = 0  # decoding steps taken by the lean decoder
         self.prefix_cache: PrefixCache | None = None
         if _flag(prefix_cache):
             if prefix_cache_mb == "auto":
@@ -343,7 +354,7 @@ class TransformersPolicy(PrefillMixin, Policy):
             self.prefix_cache.check_weights(fingerprint)
         if self.int4_report is not None and fingerprint != self._int4_weights:
             # the weights changed (an optimizer step): the 4-bit copies follow them
-            self.int4_report = install_int4(self.model, None)
+            self.int4_report = install_int4(self.model, None, compiled=self._int4_compiled)
             self._int4_weights = fingerprint
         generator: Any = None
         if seeds is not None:
@@ -437,6 +448,12 @@ class TransformersPolicy(PrefillMixin, Policy):
                     bmm_decoding(self.bmm_attention, kernel=self.kernel_attention),
                     shared_prefix(prefix),
                 ):
+                    if self.lean_decoder is not None and self.lean_decoder.takes(cache):
+                        logits = self.lean_decoder.step(
+                            next_tokens[:, None], attention_mask, position_ids, cache
+                        )
+                        self.lean_steps += 1
+                        continue
                     out = self.model(
                         input_ids=next_tokens[:, None],
                         attention_mask=attention_mask,
@@ -523,7 +540,13 @@ class TransformersPolicy(PrefillMixin, Policy):
             **({"decode_kernel_error": self.kernel_error} if self.kernel_error else {}),
             "prefill_attention": "bmm" if self.bmm_prefill else "sdpa",
             "decode_weights": "int4" if self.int4_report else "model",
+            **(
+                {"int4_kernel": "compiled" if self.int4_report.compiled else "torch"}
+                if self.int4_report
+                else {}
+            ),
             "cascade": self.cascade,
+            "decode_step": "lean" if self.lean_decoder is not None else "model",
             **(
                 {"int4_max_relative_error": self.int4_report.max_relative_error}
                 if self.int4_report

@@ -139,3 +139,41 @@ def test_without_a_compiler_the_backend_keeps_the_bmm_path(
     assert meta["decode_attention"] == "bmm" and "no-such-compiler" in meta["decode_kernel_error"]
     outs = policy.generate(CONVERSATIONS, SamplingParams(temperature=0, max_new_tokens=8))
     assert all(o.token_ids for o in outs)
+
+
+def _int4_case(n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.int32)
+    scales_zeros = torch.rand((k // 32, n, 2), generator=g) * torch.tensor([0.05, 0.2]) - 0.1
+    groups = scales_zeros.repeat_interleave(32, dim=0).transpose(0, 1)
+    weight = (q.float() - 8) * groups[..., 0] + groups[..., 1]
+    return cpu_kernels.pack_int4(q, scales_zeros), weight
+
+
+@pytest.mark.parametrize("n,k", [(128, 64), (64, 96), (960, 576)])
+def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k) -> None:
+    assert cpu_kernels.load() is not None, cpu_kernels.load_error()
+    (packed, scales), weight = _int4_case(n, k)
+    x = torch.randn((16, k), generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    got = cpu_kernels.int4_linear(x, packed, scales, n)
+    want = x.float() @ weight.T
+    assert (got.float() - want).abs().max() <= 0.01 * want.abs().max() + 1e-3
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in (1, 2, 3, 7):
+                for start in (0, 16 - rows):
+                    part = cpu_kernels.int4_linear(x[start : start + rows], packed, scales, n)
+                    assert torch.equal(part, got[start : start + rows])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_int4_product_refuses_shapes_it_does_not_take() -> None:
+    (packed, scales), _ = _int4_case(64, 64)
+    with pytest.raises(ValueError, match="N % 64"):
+        cpu_kernels.pack_int4(torch.zeros((96, 64), dtype=torch.int32), torch.zeros((2, 96, 2)))
+    too_many = torch.zeros((cpu_kernels.INT4_ROWS + 1, 64), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="cannot take"):
+        cpu_kernels.int4_linear(too_many, packed, scales, 64)
