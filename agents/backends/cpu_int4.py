@@ -20,6 +20,14 @@ them in the activations' dtype). For any other float model the same code is a lo
 quantization; :func:`install` returns the largest relative reconstruction error so a caller
 can see which case it is.
 
+Two kernels take the 4-bit copies: the compiled one of :mod:`agents.backends.cpu_kernels`
+(``decode_weights="int4"``, where it builds and the layer's output count is a multiple of 64;
+integer dot products, the scales kept in float32) and torch's (``decode_weights="int4_torch"``,
+or where the compiled one is not available; :class:`Int4Report` says which ran). The q, k and v
+projections of a layer, and the MLP's gate and up projections, also get one fused copy each
+(:data:`FUSED`) for :mod:`agents.backends.cpu_decode_step`'s lean steps: one product instead of
+three or two, the same bits per column.
+
 Each row's output comes from its own products (a row's tokens do not depend on the batch's other
 rows, bit for bit: the tests check it).
 
