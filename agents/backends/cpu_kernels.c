@@ -343,3 +343,78 @@ int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scal
         int4_block(&rows, packed, scales, out, block);
     return 0;
 }
+
+/* ----- one token per row from float32 logits: temperature sampling and its log-prob -----
+ *
+ * Row r draws the first index whose cumulative weight exp((l - max) / T) exceeds
+ * draws[r] times the total (the inverse of the row's distribution at one uniform draw, as
+ * agents.backends.hf_loading.sample_next does), and gets the token's log-prob at temperature
+ * 1. The cumulative weights are sums of 16-value blocks taken in order, so the total and the
+ * search agree. A row's result depends on its own logits and draw only. */
+#define SAMPLE_BLOCK 16
+
+static void sample_one(const float *l, int vocab, float inv_t, float draw, float *weights,
+                       float *blocks, int64_t *token, float *logprob) {
+    float high = -INFINITY;
+    for (int i = 0; i < vocab; i++) high = l[i] > high ? l[i] : high;
+    const int nblocks = (vocab + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
+    float unit = 0.0f; /* sum of exp(l - max), temperature 1 */
+    for (int b = 0; b < nblocks; b++) {
+        const int start = b * SAMPLE_BLOCK;
+        const int stop = start + SAMPLE_BLOCK < vocab ? start + SAMPLE_BLOCK : vocab;
+        float part = 0.0f, part1 = 0.0f;
+        for (int i = start; i < stop; i++) {
+            const float shifted = l[i] - high;
+            const float w = expf(shifted * inv_t);
+            weights[i] = w;
+            part += w;
+            part1 += inv_t == 1.0f ? w : expf(shifted);
+        }
+        blocks[b] = part;
+        unit += part1;
+    }
+    float total = 0.0f;
+    for (int b = 0; b < nblocks; b++) total += blocks[b];
+    const float target = draw * total;
+    float before = 0.0f;
+    int chosen = vocab - 1;
+    for (int b = 0; b < nblocks; b++) {
+        if (before + blocks[b] > target) {
+            const int start = b * SAMPLE_BLOCK;
+            const int stop = start + SAMPLE_BLOCK < vocab ? start + SAMPLE_BLOCK : vocab;
+            float c = before;
+            for (int i = start; i < stop; i++) {
+                c += weights[i];
+                if (c > target) {
+                    chosen = i;
+                    break;
+                }
+            }
+            if (chosen == vocab - 1 && c <= target) chosen = stop - 1;
+            break;
+        }
+        before += blocks[b];
+    }
+    while (chosen > 0 && weights[chosen] == 0.0f) chosen--; /* never a zero-weight token */
+    *token = chosen;
+    *logprob = l[chosen] - high - logf(unit);
+}
+
+int sample_rows(const float *logits, int rows, int vocab, float inv_temperature,
+                const float *draws, int64_t *tokens, float *logprobs, int threads) {
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : failed)
+    for (int r = 0; r < rows; r++) {
+        float *weights = aligned(sizeof(float) * (size_t)vocab);
+        float *blocks = aligned(sizeof(float) * (size_t)(vocab / SAMPLE_BLOCK + 1));
+        if (!weights || !blocks) {
+            failed++;
+        } else {
+            sample_one(logits + (size_t)r * vocab, vocab, inv_temperature, draws[r], weights,
+                       blocks, tokens + r, logprobs + r);
+        }
+        free(weights);
+        free(blocks);
+    }
+    return failed;
+}

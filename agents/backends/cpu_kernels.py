@@ -65,6 +65,7 @@ __all__ = [
     "load",
     "load_error",
     "pack_int4",
+    "sample_rows",
 ]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
@@ -138,7 +139,11 @@ def load() -> Any:
         int4 = library.int4_linear_bf16
         int4.restype = number
         int4.argtypes = [pointer] * 4 + [number] * 4
-        _STATE["function"], _STATE["int4"] = function, int4
+        sample = library.sample_rows
+        sample.restype = number
+        sample.argtypes = [pointer, number, number, ctypes.c_float, pointer, pointer, pointer]
+        sample.argtypes += [number]
+        _STATE["function"], _STATE["int4"], _STATE["sample"] = function, int4, sample
         _self_check()
     except Exception as exc:  # noqa: BLE001 (any failure means: keep the bmm path)
         function, error = None, f"{type(exc).__name__}: {exc}"
@@ -244,6 +249,35 @@ def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
     if failed:
         raise ValueError(f"int4_linear cannot take {rows} rows of {width} -> {out_features}")
     return out
+
+
+def sample_rows(logits: Any, temperature: float, draws: Any) -> tuple[Any, Any]:
+    """(tokens int64 ``[rows]``, their log-probs at temperature 1, float32) for float32
+    ``logits`` ``[rows, vocab]`` and one uniform draw per row in ``draws``: the first token
+    whose cumulative ``exp((l - max) / temperature)`` exceeds the draw times the total
+    (``cpu_kernels.c``)."""
+    import torch
+
+    if load() is None:
+        raise RuntimeError(f"the compiled kernels are not available: {load_error()}")
+    logits = logits.contiguous()
+    draws = draws.to(torch.float32).contiguous()
+    rows, vocab = logits.shape
+    tokens = torch.empty(rows, dtype=torch.int64)
+    logprobs = torch.empty(rows, dtype=torch.float32)
+    failed = _STATE["sample"](
+        logits.data_ptr(),
+        rows,
+        vocab,
+        1.0 / float(temperature),
+        draws.data_ptr(),
+        tokens.data_ptr(),
+        logprobs.data_ptr(),
+        min(torch.get_num_threads(), rows),
+    )
+    if failed:
+        raise MemoryError(f"the sampler could not allocate memory for {failed} rows")
+    return tokens, logprobs
 
 
 def _self_check() -> None:

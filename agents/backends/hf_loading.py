@@ -24,6 +24,8 @@ __all__ = [
     "pad_id",
     "resolve_dtype",
     "sample_next",
+    "sample_with_logprobs",
+    "uniform_draws",
 ]
 
 
@@ -74,16 +76,53 @@ def sample_next(
             )
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
     cdf = probs.cumsum(dim=-1)
-    if rows is not None:
-        draw = torch.cat(
-            [torch.rand((1, 1), generator=g, device=probs.device, dtype=cdf.dtype) for g in rows]
-        )
-    else:
-        draw = torch.rand(
-            (probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype
-        )
+    draw = uniform_draws(probs.shape[0], generator, probs.device, cdf.dtype)
     index = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True)
     return index[:, 0].clamp_(max=probs.shape[-1] - 1)
+
+
+def uniform_draws(rows: int, generator: Any, device: Any, dtype: Any) -> torch.Tensor:
+    """``[rows, 1]`` uniform draws: one per row from its own generator (a list), else all
+    from ``generator`` (or torch's global one)."""
+    import torch
+
+    if isinstance(generator, list):
+        return torch.cat(
+            [torch.rand((1, 1), generator=g, device=device, dtype=dtype) for g in generator]
+        )
+    return torch.rand((rows, 1), generator=generator, device=device, dtype=dtype)
+
+
+def sample_with_logprobs(
+    logits: torch.Tensor,
+    sampling: SamplingParams,
+    generator: Any = None,
+    *,
+    plain: bool = False,
+    compiled: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`sample_next`'s tokens, their log-probs at temperature 1) for float32
+    ``logits``. ``compiled``: where it applies (CPU, temperature > 0, ``top_p`` 1, not
+    ``plain``), the compiled sampler of :mod:`agents.backends.cpu_kernels` (the same uniform
+    draws and the same inversion of each row's distribution, in one pass over the vocabulary
+    instead of a softmax, a cumulative sum and a log-softmax, each over the whole batch)."""
+    import torch
+
+    if (
+        compiled
+        and not plain
+        and sampling.temperature > 0
+        and sampling.top_p >= 1.0
+        and logits.device.type == "cpu"
+    ):
+        from agents.backends import cpu_kernels
+
+        if cpu_kernels.load() is not None:
+            draws = uniform_draws(logits.shape[0], generator, logits.device, torch.float32)
+            return cpu_kernels.sample_rows(logits, sampling.temperature, draws[:, 0])
+    tokens = sample_next(logits, sampling, generator, plain=plain)
+    logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+    return tokens, logprobs
 
 
 def load_model(model: str, device: str, dtype: str, gguf_file: str | None) -> tuple[Any, Any]:

@@ -54,6 +54,7 @@ from agents.backends.hf_loading import (
     pad_id,
     resolve_dtype,
     sample_next,
+    sample_with_logprobs,
 )
 from agents.backends.kv_cache import (
     CachedSequence,
@@ -152,6 +153,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         decode_weights: str = "model",
         cascade: bool | str = True,
         decode_step: str = "lean",
+        sampler: str = "torch",
         model_obj: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -206,6 +208,11 @@ class TransformersPolicy(PrefillMixin, Policy):
         if decode_weights != "model" and not self.plain_decode:
             self.int4_report = install_int4(self.model, model, compiled=self._int4_compiled)
             self._int4_weights = weights_fingerprint(self.model)
+        if sampler not in ("torch", "compiled"):
+            raise ValueError(f"sampler must be torch or compiled, got {sampler!r}")
+        self.kernel_sampler = (
+            sampler == "compiled" and self.device.type == "cpu" and load_decode_kernel() is not None
+        )
         if decode_step not in ("lean", "model"):
             raise ValueError(f"decode_step must be lean or model, got {decode_step!r}")
         self.lean_decoder, self.lean_error = None, "decode_step=model"
@@ -414,13 +421,14 @@ class TransformersPolicy(PrefillMixin, Policy):
             for step in range(steps):
                 logits = logits.float()
                 draws = [generator[r] for r in rows] if isinstance(generator, list) else generator
-                next_tokens = sample_next(logits, sampling, draws, plain=self.plain_decode)
+                next_tokens, token_logprobs = sample_with_logprobs(
+                    logits, sampling, draws, plain=self.plain_decode, compiled=self.kernel_sampler
+                )
                 next_tokens = torch.where(
                     done, torch.full_like(next_tokens, self.pad_id), next_tokens
                 )
-                token_logprobs = torch.log_softmax(logits, dim=-1).gather(1, next_tokens[:, None])
                 for row, token, logprob in zip(
-                    rows, next_tokens.tolist(), token_logprobs[:, 0].tolist(), strict=True
+                    rows, next_tokens.tolist(), token_logprobs.tolist(), strict=True
                 ):
                     tokens[row].append(token)
                     logprobs[row].append(logprob)
@@ -547,6 +555,7 @@ class TransformersPolicy(PrefillMixin, Policy):
             ),
             "cascade": self.cascade,
             "decode_step": "lean" if self.lean_decoder is not None else "model",
+            "sampler": "compiled" if self.kernel_sampler else "torch",
             **(
                 {"int4_max_relative_error": self.int4_report.max_relative_error}
                 if self.int4_report
