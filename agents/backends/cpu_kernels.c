@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define MAX_DIM 256 /* head sizes up to this */
+#define PREFETCH 32 /* positions ahead that the weighted sum prefetches */
 
 static inline float bf16_to_float(uint16_t h) {
     union { uint32_t u; float f; } v;
@@ -92,6 +93,10 @@ static void score_rows_64(const uint16_t *q, const float *qf, const uint16_t *co
     __m512 factor = _mm512_set1_ps(scale);
     for (int t0 = 0; t0 < n; t0 += 16) {
         int m = n - t0 < 16 ? n - t0 : 16;
+        for (int i = 0; i < 16 && t0 + PREFETCH + i < n; i++) {
+            _mm_prefetch((const char *)krows[t0 + PREFETCH + i], _MM_HINT_T0);
+            _mm_prefetch((const char *)(krows[t0 + PREFETCH + i] + 32), _MM_HINT_T0);
+        }
         for (int g = 0; g < groups; g++) {
             for (int i = 0; i < 16; i++)
                 parts[i] = i < m ? partial_dot_64(q + g * 64, qf + g * 64, krows[t0 + i])
@@ -111,6 +116,10 @@ static void weigh_rows_64(float *acc, const uint16_t *const *vrows, int n, int g
             for (int c = 0; c < 4; c++) a[g][c] = _mm512_setzero_ps();
         for (int t = 0; t < n; t++) {
             __m512 v[4];
+            if (t + PREFETCH < n) { /* the hardware prefetcher alone left these loads waiting */
+                _mm_prefetch((const char *)vrows[t + PREFETCH], _MM_HINT_T0);
+                _mm_prefetch((const char *)(vrows[t + PREFETCH] + 32), _MM_HINT_T0);
+            }
             for (int c = 0; c < 4; c++) v[c] = load16_bf16(vrows[t] + 16 * c);
             for (int g = 0; g < 4; g++) {
                 if (g >= gc) break;
