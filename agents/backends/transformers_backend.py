@@ -122,9 +122,17 @@ class TransformersPolicy(PrefillMixin, Policy):
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
     model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
     linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
-    Q4_1 model such as the embedded one up to the bfloat16 rounding of its block scales, lossy
-    for others, :mod:`agents.backends.cpu_int4`), ``cascade`` (with ``decode_attention`` ``bmm``
-    or ``kernel``,
+    Q4_1 model such as the embedded one, lossy for others, :mod:`agents.backends.cpu_int4`; the
+    products run in the compiled kernel of :mod:`agents.backends.cpu_kernels` where it builds,
+    else in torch's, and the run metadata's ``int4_kernel`` says which; ``int4_torch``: always
+    torch's, whose block scales are rounded to bfloat16), ``decode_step`` (``lean``, the
+    default: where the model is a Llama or Qwen3 with this backend's CPU attention, one-token
+    steps run as a flat loop over the layers' weights instead of transformers' module stack,
+    the same bits, :mod:`agents.backends.cpu_decode_step`; ``model``: always the model's own
+    forward pass), ``sampler`` (``torch``, the default; ``compiled``: temperature sampling with
+    ``top_p`` 1 on CPU in one compiled pass per row, the same uniform draws and the same
+    inversion of the distribution, log-probs within about 1e-6, the embedded agent's default),
+    ``cascade`` (with ``decode_attention`` ``bmm`` or ``kernel``,
     default True: when every row of a batch starts with the same rendered system message, its
     keys and values are kept once outside the rows' caches and each decoding step reads them
     once for all rows, :func:`agents.backends.kv_cache.split_shared_prefix`; the split is the
