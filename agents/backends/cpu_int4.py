@@ -68,6 +68,7 @@ __all__ = [
     "install_for",
     "product",
     "quantize_groups",
+    "quantize_q8",
     "row_blocked_mm",
 ]
 
@@ -85,6 +86,7 @@ class Int4Report:
     layers: int
     max_relative_error: float
     compiled: bool = False  # every layer's copy is the compiled kernel's (cpu_kernels)
+    head_relative_error: float | None = None  # the LM head's 8-bit copy, if it got one
 
 
 def available() -> bool:
@@ -259,8 +261,76 @@ def install_for(
         return None
     weights: dict[str, Any] = {}
     if source and Path(source).is_dir():
-        weights = _checkpoint_weights(Path(source), {f"{n}.weight" for n, _ in linears})
+        names = {f"{n}.weight" for n, _ in linears} | set(HEAD_NAMES)
+        weights = _checkpoint_weights(Path(source), names)
     return install(model, weights, compiled=compiled)
+
+
+HEAD_NAMES = ("lm_head.weight", "model.embed_tokens.weight")  # the head's, or the tied embedding
+
+
+def quantize_q8(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any, float]:
+    """Symmetric 8-bit groups along the input dimension (GGUF Q8_0): ``w ~ q * d``,
+    ``d = max |w| / 127``. Returns (``q`` int32 ``[N, K]``, ``d`` float32 ``[K / group_size,
+    N]``, the largest ``|w - q * d|`` over each row's ``max |w|``; 0 for a Q8_0 model's own
+    weights, such as the embedded model's tied embedding)."""
+    import torch
+
+    w = weight.detach().to(torch.float64)
+    n, k = w.shape
+    groups = w.view(n, k // group_size, group_size)
+    d = groups.abs().amax(dim=-1, keepdim=True) / 127
+    q = torch.round(groups / torch.where(d > 0, d, torch.ones_like(d))).clamp_(-127, 127)
+    row_max = w.abs().amax(dim=1).clamp_min(1e-30)
+    error = ((q * d - groups).abs().view(n, k).amax(dim=1) / row_max).max().item()
+    return q.view(n, k).to(torch.int32), d[..., 0].T.contiguous().to(torch.float32), float(error)
+
+
+def _install_head(model: Any, source: Mapping[str, Any], max_rows: int) -> float | None:
+    """Give ``model.lm_head`` an 8-bit copy for decoding steps of at most ``max_rows`` rows
+    (the compiled kernel only); returns its reconstruction error, or None where it does not
+    apply."""
+    import torch
+
+    from agents.backends import cpu_kernels
+
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, torch.nn.Linear) or head.weight.device.type != "cpu":
+        return None
+    if head.out_features % 64 or head.in_features % GROUP_SIZE or cpu_kernels.load() is None:
+        return None
+    embedding = getattr(model, "get_input_embeddings", lambda: None)()
+    tied = embedding is not None and embedding.weight is head.weight
+    weight = source.get(HEAD_NAMES[0])
+    if weight is None and tied:
+        weight = source.get(HEAD_NAMES[1])
+    q, d, error = quantize_q8(head.weight if weight is None else weight)
+    packed, scales = cpu_kernels.pack_int8(q, d)
+    head.register_buffer("int8_weight", packed, persistent=False)
+    head.register_buffer("int8_scales", scales, persistent=False)
+    head.int8_max_rows = int(max_rows)
+    head.forward = types.MethodType(_head_forward, head)
+    return error
+
+
+def _head_forward(self: Any, x: Any) -> Any:
+    import torch
+
+    rows = x.numel() // self.in_features
+    if (
+        _DECODING[0]
+        and rows <= self.int8_max_rows
+        and x.dtype == torch.bfloat16
+        and x.device.type == "cpu"
+        and not torch.is_grad_enabled()
+    ):
+        from agents.backends.cpu_kernels import int8_linear
+
+        flat = x.reshape(rows, self.in_features)
+        out = int8_linear(flat, self.int8_weight, self.int8_scales, self.out_features)
+        out = out.view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+    return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
 def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, Any, bool]:
@@ -308,7 +378,8 @@ def install(
         worst = max(worst, error)
         kinds.add(module.int4_compiled)
     _install_fused(model, quantized)
-    return Int4Report(layers, worst, compiled=kinds == {True})
+    head = _install_head(model, source or {}, max_rows) if compiled else None
+    return Int4Report(layers, worst, compiled=kinds == {True}, head_relative_error=head)
 
 
 def _install_fused(model: Any, quantized: Mapping[str, tuple[Any, Any]]) -> None:

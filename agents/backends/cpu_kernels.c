@@ -255,6 +255,7 @@ typedef struct {
     const int8_t *xh, *xl;  /* [m][k] */
     const float *sx, *xsum; /* [m][groups] */
     const float *xf;        /* [m][k] float32 (the plain path) */
+    const int32_t *hsum, *lsum; /* [m][groups]: sums of h and l (the 8-bit product) */
 } int4_rows;
 
 static inline uint8_t int4_q(const uint8_t *group, int col, int kk) {
@@ -315,14 +316,14 @@ static void int4_block(const int4_rows *r, const uint8_t *packed, const float *s
             out[(size_t)m * r->n + block * 64 + c] = float_to_bf16(acc[m * 64 + c]);
 }
 
-/* 0 on success; -1 for shapes it does not take (more than INT4_ROWS rows, n % 64, k % 32) */
-int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales,
-                     uint16_t *out, int m_rows, int n, int k, int threads) {
-    if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
+/* The rows' float32 values, int8 parts, scales, sums (per group of 32) in this thread's
+ * buffers; the caller checked m_rows <= INT4_ROWS and k <= INT4_MAX_K. */
+static int4_rows prepare_rows(const uint16_t *x, int m_rows, int n, int k) {
     static __thread int8_t xh[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
     static __thread int8_t xl[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
     static __thread float xf[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
     static __thread float sx[INT4_ROWS * INT4_MAX_K / 32], xsum[INT4_ROWS * INT4_MAX_K / 32];
+    static __thread int32_t hsum[INT4_ROWS * INT4_MAX_K / 32], lsum[INT4_ROWS * INT4_MAX_K / 32];
     const int groups = k / 32;
     for (int m = 0; m < m_rows; m++)
         for (int g = 0; g < groups; g++) {
@@ -335,21 +336,97 @@ int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scal
                 big = fmaxf(big, fabsf(v));
             }
             const float scale = big / 127.0f, inverse = big > 0.0f ? 127.0f / big : 0.0f;
+            int32_t hs = 0, ls = 0;
             for (int i = 0; i < 32; i++) {
                 float y = xf[base + i] * inverse;
                 float hi = nearbyintf(y);
-                float lo = nearbyintf((y - hi) * 254.0f);
+                float lo = fmaxf(-127.0f, fminf(127.0f, nearbyintf((y - hi) * 254.0f)));
                 xh[base + i] = (int8_t)hi;
-                xl[base + i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, lo));
+                xl[base + i] = (int8_t)lo;
+                hs += (int32_t)hi;
+                ls += (int32_t)lo;
             }
             sx[m * groups + g] = scale;
             xsum[m * groups + g] = total;
+            hsum[m * groups + g] = hs;
+            lsum[m * groups + g] = ls;
         }
-    const int4_rows rows = {m_rows, n, k, groups, xh, xl, sx, xsum, xf};
+    const int4_rows rows = {m_rows, n, k, groups, xh, xl, sx, xsum, xf, hsum, lsum};
+    return rows;
+}
+
+/* 0 on success; -1 for shapes it does not take (more than INT4_ROWS rows, n % 64, k % 32) */
+int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales,
+                     uint16_t *out, int m_rows, int n, int k, int threads) {
+    if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
+    const int4_rows rows = prepare_rows(x, m_rows, n, k);
     const int blocks = n / 64;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int block = 0; block < blocks; block++)
         int4_block(&rows, packed, scales, out, block);
+    return 0;
+}
+
+/* ----- 8-bit groupwise weights (GGUF Q8_0: w = q * d, q in -127..127 per group of 32) -----
+ *
+ * The same scheme: packed [N/64][K/32][4 panels][8 chunks][64 bytes], byte 4 * c + i of chunk
+ * j holding q + 128 of column (panel * 16 + c) at k = 4j + i; scales [N/64][K/32][64] (d).
+ * sum(q * h) = sum((q + 128) * h) - 128 * sum(h), exact in int32. */
+static void int8_block(const int4_rows *r, const uint8_t *packed, const float *scales,
+                       uint16_t *out, int block) {
+    float acc[INT4_ROWS * 64] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof(float) * 64 * (size_t)r->m_rows);
+    for (int g = 0; g < r->groups; g++) {
+        const uint8_t *p = packed + ((size_t)block * r->groups + g) * 2048;
+        const float *sc = scales + ((size_t)block * r->groups + g) * 64;
+#if defined(__AVX512VNNI__)
+        const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
+        for (int panel = 0; panel < 4; panel++) {
+            __m512i w[8];
+            for (int j = 0; j < 8; j++)
+                w[j] = _mm512_loadu_si512((const void *)(p + (panel * 8 + j) * 64));
+            __m512 d = _mm512_load_ps(sc + panel * 16);
+            for (int m = 0; m < r->m_rows; m++) {
+                const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
+                const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
+                __m512i ih = _mm512_set1_epi32(-128 * r->hsum[m * r->groups + g]);
+                __m512i il = _mm512_set1_epi32(-128 * r->lsum[m * r->groups + g]);
+                for (int q = 0; q < 8; q++) {
+                    ih = _mm512_dpbusd_epi32(ih, w[q], _mm512_set1_epi32(h[q]));
+                    il = _mm512_dpbusd_epi32(il, w[q], _mm512_set1_epi32(l[q]));
+                }
+                __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), inv254, _mm512_cvtepi32_ps(ih));
+                t = _mm512_mul_ps(t, _mm512_set1_ps(r->sx[m * r->groups + g]));
+                float *a = acc + m * 64 + panel * 16;
+                _mm512_store_ps(a, _mm512_fmadd_ps(d, t, _mm512_load_ps(a)));
+            }
+        }
+#else
+        for (int m = 0; m < r->m_rows; m++) {
+            const float *xa = r->xf + (size_t)m * r->k + g * 32;
+            for (int c = 0; c < 64; c++) {
+                const uint8_t *column = p + ((c / 16) * 8) * 64 + 4 * (c % 16);
+                float sum = 0.0f;
+                for (int kk = 0; kk < 32; kk++)
+                    sum = fmaf(xa[kk], (float)((int)column[(kk / 4) * 64 + kk % 4] - 128), sum);
+                acc[m * 64 + c] += sum * sc[c];
+            }
+        }
+#endif
+    }
+    for (int m = 0; m < r->m_rows; m++)
+        for (int c = 0; c < 64; c++)
+            out[(size_t)m * r->n + block * 64 + c] = float_to_bf16(acc[m * 64 + c]);
+}
+
+int int8_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales,
+                     uint16_t *out, int m_rows, int n, int k, int threads) {
+    if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
+    const int4_rows rows = prepare_rows(x, m_rows, n, k);
+    const int blocks = n / 64;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int block = 0; block < blocks; block++)
+        int8_block(&rows, packed, scales, out, block);
     return 0;
 }
 

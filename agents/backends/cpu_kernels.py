@@ -61,10 +61,12 @@ __all__ = [
     "SOURCE",
     "decode_attention",
     "int4_linear",
+    "int8_linear",
     "kernel_dir",
     "load",
     "load_error",
     "pack_int4",
+    "pack_int8",
     "sample_rows",
 ]
 
@@ -139,6 +141,10 @@ def load() -> Any:
         int4 = library.int4_linear_bf16
         int4.restype = number
         int4.argtypes = [pointer] * 4 + [number] * 4
+        int8 = library.int8_linear_bf16
+        int8.restype = number
+        int8.argtypes = [pointer] * 4 + [number] * 4
+        _STATE["int8"] = int8
         sample = library.sample_rows
         sample.restype = number
         sample.argtypes = [pointer, number, number, ctypes.c_float, pointer, pointer, pointer]
@@ -225,10 +231,36 @@ def pack_int4(q: Any, scales_zeros: Any) -> tuple[Any, Any]:
     return packed.view(-1), pair.view(-1)
 
 
+def pack_int8(q: Any, scales: Any) -> tuple[Any, Any]:
+    """:func:`int8_linear`'s layout of 8-bit weights (GGUF Q8_0, ``w = q * d``): ``q`` int
+    ``[N, K]`` in -127..127 and ``scales`` float32 ``[K / 32, N]`` (``d``) as (packed uint8,
+    float32 scales). ``N % 64 == 0`` and ``K % 32 == 0``."""
+    import torch
+
+    n, k = q.shape
+    if n % 64 or k % 32:
+        raise ValueError(f"int8_linear takes N % 64 == 0 and K % 32 == 0, got {n} x {k}")
+    blocks, groups = n // 64, k // 32
+    shifted = (q.to(torch.int16) + 128).to(torch.uint8).view(blocks, 4, 16, groups, 8, 4)
+    packed = shifted.permute(0, 3, 1, 4, 2, 5).contiguous()  # [block, group, panel, chunk, col, i]
+    laid = scales.to(torch.float32).view(groups, blocks, 64).transpose(0, 1).contiguous()
+    return packed.view(-1), laid.view(-1)
+
+
+def int8_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
+    """:func:`int4_linear` for 8-bit weights from :func:`pack_int8` (the same activation
+    scheme and row-invariance)."""
+    return _linear("int8", x, packed, scales, out_features)
+
+
 def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
     """``x @ w.T`` in bfloat16 for ``x`` bfloat16 ``[rows, K]`` (at most :data:`INT4_ROWS`
     rows) and 4-bit weights from :func:`pack_int4`: float32 sums over ``k`` in order, the same
     bits for a row whatever the call's row count or thread count."""
+    return _linear("int4", x, packed, scales, out_features)
+
+
+def _linear(kind: str, x: Any, packed: Any, scales: Any, out_features: int) -> Any:
     import torch
 
     if load() is None:
@@ -236,7 +268,7 @@ def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
     rows, width = x.shape
     x = x.contiguous()
     out = torch.empty((rows, out_features), dtype=torch.bfloat16)
-    failed = _STATE["int4"](
+    failed = _STATE[kind](
         x.data_ptr(),
         packed.data_ptr(),
         scales.data_ptr(),
@@ -247,7 +279,7 @@ def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
         torch.get_num_threads(),
     )
     if failed:
-        raise ValueError(f"int4_linear cannot take {rows} rows of {width} -> {out_features}")
+        raise ValueError(f"{kind}_linear cannot take {rows} rows of {width} -> {out_features}")
     return out
 
 
@@ -314,3 +346,9 @@ def _self_check() -> None:
     got = int4_linear(x, *pack_int4(q, scales_zeros), 128).float()
     if not torch.allclose(got, x.float() @ weight.T, atol=5e-2, rtol=2e-2):
         raise RuntimeError("the compiled 4-bit product disagrees with a float32 reference")
+    q8 = torch.randint(-127, 128, (64, 64), generator=generator, dtype=torch.int32)
+    d = torch.rand((2, 64), generator=generator) * 0.01
+    weight = q8.float() * d.repeat_interleave(32, dim=0).T
+    got = int8_linear(x, *pack_int8(q8, d), 64).float()
+    if not torch.allclose(got, x.float() @ weight.T, atol=5e-2, rtol=2e-2):
+        raise RuntimeError("the compiled 8-bit product disagrees with a float32 reference")

@@ -557,7 +557,12 @@ class TransformersPolicy(PrefillMixin, Policy):
             "prefill_attention": "bmm" if self.bmm_prefill else "sdpa",
             "decode_weights": "int4" if self.int4_report else "model",
             **(
-                {"int4_kernel": "compiled" if self.int4_report.compiled else "torch"}
+                {
+                    "int4_kernel": "compiled" if self.int4_report.compiled else "torch",
+                    "lm_head": "int8"
+                    if self.int4_report.head_relative_error is not None
+                    else "model",
+                }
                 if self.int4_report
                 else {}
             ),

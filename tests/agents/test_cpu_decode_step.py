@@ -69,6 +69,8 @@ def test_lean_steps_give_the_model_forward_pass_bits(
     assert plain.run_metadata()["decode_step"] == "model"
     batched = lean.generate(CONVERSATIONS, SAMPLED)
     assert lean.lean_steps > 0 and plain.lean_steps == 0
+    heads = {"int4": "int8", "int4_torch": "model", "model": None}  # the 8-bit head: compiled
+    assert lean.run_metadata().get("lm_head") == heads[options["decode_weights"]]
     assert plain.generate(CONVERSATIONS, SAMPLED) == batched
     for index, conversation in enumerate(CONVERSATIONS[:2]):
         seeded = SamplingParams(**{**SAMPLED.__dict__, "seed": 11 + index})

@@ -170,6 +170,25 @@ def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k) -> Non
         torch.set_num_threads(threads)
 
 
+def test_int8_product_matches_float32_and_gives_a_row_the_same_bits() -> None:
+    from agents.backends.cpu_int4 import quantize_q8
+
+    g = torch.Generator().manual_seed(4)
+    grid = torch.randint(-127, 128, (192, 96), generator=g).float()
+    grid.view(192, 3, 32)[:, :, 5] = -127  # Q8_0's scale: each group's largest is 127 steps
+    d = (torch.rand((192, 3, 1), generator=g) * 0.01).half().float()  # fp16 scales, as Q8_0
+    weight = (grid.view(192, 3, 32) * d).view(192, 96)  # a Q8_0 grid: recovered exactly
+    q, scales, error = quantize_q8(weight)
+    assert error == 0.0
+    x = torch.randn((9, 96), generator=g).to(torch.bfloat16)
+    got = cpu_kernels.int8_linear(x, *cpu_kernels.pack_int8(q, scales), 192)
+    want = x.float() @ weight.T
+    assert (got.float() - want).abs().max() <= 0.01 * want.abs().max() + 1e-3
+    for rows in (1, 4):
+        part = cpu_kernels.int8_linear(x[2 : 2 + rows], *cpu_kernels.pack_int8(q, scales), 192)
+        assert torch.equal(part, got[2 : 2 + rows])
+
+
 def test_int4_product_refuses_shapes_it_does_not_take() -> None:
     (packed, scales), _ = _int4_case(64, 64)
     with pytest.raises(ValueError, match="N % 64"):
