@@ -327,7 +327,7 @@ def _head_forward(self: Any, x: Any) -> Any:
         from agents.backends.cpu_kernels import int8_linear
 
         flat = x.reshape(rows, self.in_features)
-        out = int8_linear(flat, self.int8_weight, self.int8_scales, self.out_features)
+        out = int8_linear(flat, self.int8_weight, self.int8_scales, self.out_features, float32=True)
         out = out.view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
     return torch.nn.functional.linear(x, self.weight, self.bias)

@@ -373,7 +373,7 @@ int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scal
  * j holding q + 128 of column (panel * 16 + c) at k = 4j + i; scales [N/64][K/32][64] (d).
  * sum(q * h) = sum((q + 128) * h) - 128 * sum(h), exact in int32. */
 static void int8_block(const int4_rows *r, const uint8_t *packed, const float *scales,
-                       uint16_t *out, int block) {
+                       void *out, int out_f32, int block) {
     float acc[INT4_ROWS * 64] __attribute__((aligned(64)));
     memset(acc, 0, sizeof(float) * 64 * (size_t)r->m_rows);
     for (int g = 0; g < r->groups; g++) {
@@ -415,18 +415,24 @@ static void int8_block(const int4_rows *r, const uint8_t *packed, const float *s
 #endif
     }
     for (int m = 0; m < r->m_rows; m++)
-        for (int c = 0; c < 64; c++)
-            out[(size_t)m * r->n + block * 64 + c] = float_to_bf16(acc[m * 64 + c]);
+        for (int c = 0; c < 64; c++) {
+            const size_t at = (size_t)m * r->n + block * 64 + c;
+            if (out_f32)
+                ((float *)out)[at] = acc[m * 64 + c];
+            else
+                ((uint16_t *)out)[at] = float_to_bf16(acc[m * 64 + c]);
+        }
 }
 
-int int8_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales,
-                     uint16_t *out, int m_rows, int n, int k, int threads) {
+/* out: float32 when out_f32, else bfloat16 */
+int int8_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales, void *out,
+                     int m_rows, int n, int k, int threads, int out_f32) {
     if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
     const int4_rows rows = prepare_rows(x, m_rows, n, k);
     const int blocks = n / 64;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int block = 0; block < blocks; block++)
-        int8_block(&rows, packed, scales, out, block);
+        int8_block(&rows, packed, scales, out, out_f32, block);
     return 0;
 }
 

@@ -143,7 +143,7 @@ def load() -> Any:
         int4.argtypes = [pointer] * 4 + [number] * 4
         int8 = library.int8_linear_bf16
         int8.restype = number
-        int8.argtypes = [pointer] * 4 + [number] * 4
+        int8.argtypes = [pointer] * 4 + [number] * 5
         _STATE["int8"] = int8
         sample = library.sample_rows
         sample.restype = number
@@ -247,10 +247,13 @@ def pack_int8(q: Any, scales: Any) -> tuple[Any, Any]:
     return packed.view(-1), laid.view(-1)
 
 
-def int8_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
+def int8_linear(
+    x: Any, packed: Any, scales: Any, out_features: int, *, float32: bool = False
+) -> Any:
     """:func:`int4_linear` for 8-bit weights from :func:`pack_int8` (the same activation
-    scheme and row-invariance)."""
-    return _linear("int8", x, packed, scales, out_features)
+    scheme and row-invariance); ``float32``: the sums as they are, not rounded to bfloat16
+    (an LM head's logits: bfloat16 would round logits near 40 to 0.125)."""
+    return _linear("int8", x, packed, scales, out_features, float32=float32)
 
 
 def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
@@ -260,24 +263,19 @@ def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
     return _linear("int4", x, packed, scales, out_features)
 
 
-def _linear(kind: str, x: Any, packed: Any, scales: Any, out_features: int) -> Any:
+def _linear(
+    kind: str, x: Any, packed: Any, scales: Any, out_features: int, float32: bool = False
+) -> Any:
     import torch
 
     if load() is None:
         raise RuntimeError(f"the compiled kernels are not available: {load_error()}")
     rows, width = x.shape
     x = x.contiguous()
-    out = torch.empty((rows, out_features), dtype=torch.bfloat16)
-    failed = _STATE[kind](
-        x.data_ptr(),
-        packed.data_ptr(),
-        scales.data_ptr(),
-        out.data_ptr(),
-        rows,
-        out_features,
-        width,
-        torch.get_num_threads(),
-    )
+    out = torch.empty((rows, out_features), dtype=torch.float32 if float32 else torch.bfloat16)
+    arguments = [x.data_ptr(), packed.data_ptr(), scales.data_ptr(), out.data_ptr()]
+    arguments += [rows, out_features, width, torch.get_num_threads()]
+    failed = _STATE[kind](*arguments, *([int(float32)] if kind == "int8" else []))
     if failed:
         raise ValueError(f"{kind}_linear cannot take {rows} rows of {width} -> {out_features}")
     return out
