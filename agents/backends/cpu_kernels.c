@@ -265,6 +265,35 @@ static inline uint8_t int4_q(const uint8_t *group, int col, int kk) {
     return (kk % 8) < 4 ? (byte & 15) : (byte >> 4);
 }
 
+#if defined(__AVX512VNNI__)
+/* s_x * (sum(w * h) + sum(w * l) / 254) for 16 columns of row m, group g: eight 4-byte quads of
+ * weights w (unsigned bytes) and the row's int8 parts, integer sums started at ih and il */
+static inline __m512 row_group_sum(const int4_rows *r, const __m512i *w, int m, int g,
+                                   __m512i ih, __m512i il) {
+    const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
+    const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
+    for (int q = 0; q < 8; q++) {
+        ih = _mm512_dpbusd_epi32(ih, w[q], _mm512_set1_epi32(h[q]));
+        il = _mm512_dpbusd_epi32(il, w[q], _mm512_set1_epi32(l[q]));
+    }
+    __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_set1_ps(1.0f / 254.0f),
+                               _mm512_cvtepi32_ps(ih));
+    return _mm512_mul_ps(t, _mm512_set1_ps(r->sx[m * r->groups + g]));
+}
+#endif
+
+/* out[m][block's 64 columns] = acc, as float32 or rounded to bfloat16 */
+static void store_block(const int4_rows *r, const float *acc, void *out, int out_f32, int block) {
+    for (int m = 0; m < r->m_rows; m++)
+        for (int c = 0; c < 64; c++) {
+            const size_t at = (size_t)m * r->n + block * 64 + c;
+            if (out_f32)
+                ((float *)out)[at] = acc[m * 64 + c];
+            else
+                ((uint16_t *)out)[at] = float_to_bf16(acc[m * 64 + c]);
+        }
+}
+
 static void int4_block(const int4_rows *r, const uint8_t *packed, const float *scales,
                        uint16_t *out, int block) {
     float acc[INT4_ROWS * 64] __attribute__((aligned(64)));
@@ -274,7 +303,6 @@ static void int4_block(const int4_rows *r, const uint8_t *packed, const float *s
         const float *sc = scales + ((size_t)block * r->groups + g) * 128;
 #if defined(__AVX512VNNI__)
         const __m512i nibble = _mm512_set1_epi8(15);
-        const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
         for (int panel = 0; panel < 4; panel++) {
             __m512i w[8];
             for (int j = 0; j < 4; j++) {
@@ -284,15 +312,8 @@ static void int4_block(const int4_rows *r, const uint8_t *packed, const float *s
             }
             __m512 s = _mm512_load_ps(sc + panel * 16), low = _mm512_load_ps(sc + 64 + panel * 16);
             for (int m = 0; m < r->m_rows; m++) {
-                const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
-                const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
-                __m512i ih = _mm512_setzero_si512(), il = _mm512_setzero_si512();
-                for (int q = 0; q < 8; q++) {
-                    ih = _mm512_dpbusd_epi32(ih, w[q], _mm512_set1_epi32(h[q]));
-                    il = _mm512_dpbusd_epi32(il, w[q], _mm512_set1_epi32(l[q]));
-                }
-                __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), inv254, _mm512_cvtepi32_ps(ih));
-                t = _mm512_mul_ps(t, _mm512_set1_ps(r->sx[m * r->groups + g]));
+                const __m512i zero = _mm512_setzero_si512();
+                __m512 t = row_group_sum(r, w, m, g, zero, zero);
                 float *a = acc + m * 64 + panel * 16;
                 __m512 v = _mm512_fmadd_ps(s, t, _mm512_load_ps(a));
                 v = _mm512_fmadd_ps(low, _mm512_set1_ps(r->xsum[m * r->groups + g]), v);
@@ -311,9 +332,7 @@ static void int4_block(const int4_rows *r, const uint8_t *packed, const float *s
         }
 #endif
     }
-    for (int m = 0; m < r->m_rows; m++)
-        for (int c = 0; c < 64; c++)
-            out[(size_t)m * r->n + block * 64 + c] = float_to_bf16(acc[m * 64 + c]);
+    store_block(r, acc, out, 0, block);
 }
 
 /* The rows' float32 values, int8 parts, scales, sums (per group of 32) in this thread's
@@ -380,23 +399,15 @@ static void int8_block(const int4_rows *r, const uint8_t *packed, const float *s
         const uint8_t *p = packed + ((size_t)block * r->groups + g) * 2048;
         const float *sc = scales + ((size_t)block * r->groups + g) * 64;
 #if defined(__AVX512VNNI__)
-        const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
         for (int panel = 0; panel < 4; panel++) {
             __m512i w[8];
             for (int j = 0; j < 8; j++)
                 w[j] = _mm512_loadu_si512((const void *)(p + (panel * 8 + j) * 64));
             __m512 d = _mm512_load_ps(sc + panel * 16);
             for (int m = 0; m < r->m_rows; m++) {
-                const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
-                const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
-                __m512i ih = _mm512_set1_epi32(-128 * r->hsum[m * r->groups + g]);
-                __m512i il = _mm512_set1_epi32(-128 * r->lsum[m * r->groups + g]);
-                for (int q = 0; q < 8; q++) {
-                    ih = _mm512_dpbusd_epi32(ih, w[q], _mm512_set1_epi32(h[q]));
-                    il = _mm512_dpbusd_epi32(il, w[q], _mm512_set1_epi32(l[q]));
-                }
-                __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), inv254, _mm512_cvtepi32_ps(ih));
-                t = _mm512_mul_ps(t, _mm512_set1_ps(r->sx[m * r->groups + g]));
+                __m512 t = row_group_sum(r, w, m, g,
+                                         _mm512_set1_epi32(-128 * r->hsum[m * r->groups + g]),
+                                         _mm512_set1_epi32(-128 * r->lsum[m * r->groups + g]));
                 float *a = acc + m * 64 + panel * 16;
                 _mm512_store_ps(a, _mm512_fmadd_ps(d, t, _mm512_load_ps(a)));
             }
@@ -414,14 +425,7 @@ static void int8_block(const int4_rows *r, const uint8_t *packed, const float *s
         }
 #endif
     }
-    for (int m = 0; m < r->m_rows; m++)
-        for (int c = 0; c < 64; c++) {
-            const size_t at = (size_t)m * r->n + block * 64 + c;
-            if (out_f32)
-                ((float *)out)[at] = acc[m * 64 + c];
-            else
-                ((uint16_t *)out)[at] = float_to_bf16(acc[m * 64 + c]);
-        }
+    store_block(r, acc, out, out_f32, block);
 }
 
 /* out: float32 when out_f32, else bfloat16 */
