@@ -54,6 +54,7 @@ __all__ = [
     "decode_attention",
     "install",
     "installable",
+    "kernel_step_prefixes",
     "prefill_rows",
     "shared_prefix",
 ]
@@ -80,6 +81,13 @@ def bmm_decoding(active: bool = True, kernel: bool = False) -> Iterator[None]:
         yield
     finally:
         _ACTIVE[0], _KERNEL[0] = saved
+
+
+def kernel_step_prefixes() -> tuple[bool, Sequence[tuple[Any, Any]] | None]:
+    """(whether one-token steps take the compiled kernel now, the shared prefix's keys and
+    values per layer or None): what :func:`decode_attention` would use, for callers that call
+    the kernel themselves (:mod:`agents.backends.cpu_decode_step`)."""
+    return _KERNEL[0], _PREFIX[0]
 
 
 @contextmanager

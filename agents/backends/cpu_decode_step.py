@@ -132,17 +132,23 @@ class LeanDecoder:
         ``cache``'s layers get the new keys and values, as ``model(...)`` would write them."""
         import torch
 
-        from agents.backends import cpu_int4
-        from agents.backends.cpu_attention import decode_attention
+        from agents.backends import cpu_int4, cpu_kernels
+        from agents.backends.cpu_attention import decode_attention, kernel_step_prefixes
 
         batch = input_ids.shape[0]
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden, position_ids=position_ids)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        mask = None
+        mask = mask_bytes = None
         if not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
+        kernel, prefixes = kernel_step_prefixes()
+        # the compiled kernel called directly, its mask converted once per step: the inputs
+        # decode_attention would give it (its own checks and conversions ran once per layer)
+        kernel = kernel and hidden.dtype == torch.bfloat16 and dim <= cpu_kernels.MAX_DIM
+        if kernel and mask is not None:
+            mask_bytes = attention_mask.to(torch.uint8).contiguous()
         width = hidden.shape[-1]
         int4 = cpu_int4.decoding_active() and hidden.dtype != torch.float32
         split_qkv = [heads * dim, kv_heads * dim, kv_heads * dim]
@@ -161,9 +167,18 @@ class LeanDecoder:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            keys, values = cache.layers[index].update(k, v)
+            stored = cache.layers[index]
+            keys, values = stored.update(k, v)
             attention = layer.attention
-            out, _ = decode_attention(attention, q, keys, values, mask, scaling=attention.scaling)
+            if kernel and _whole_buffers(stored, keys.shape[2]):
+                prefix = prefixes[attention.layer_idx] if prefixes is not None else None
+                out = cpu_kernels.decode_attention(
+                    q, stored._k, stored._v, keys.shape[2], mask_bytes, prefix, attention.scaling
+                )
+            else:
+                out, _ = decode_attention(
+                    attention, q, keys, values, mask, scaling=attention.scaling
+                )
             out = out.reshape(batch, 1, -1).contiguous()
             hidden = residual + layer.o_proj(out)
             residual = hidden
@@ -177,6 +192,19 @@ class LeanDecoder:
             hidden = residual + layer.down(layer.act(gate) * up)
         hidden = self.final_norm(hidden)
         return self.lm_head(hidden)[:, -1, :]
+
+
+def _whole_buffers(layer: Any, length: int) -> bool:
+    """Whether ``layer``'s key and value buffers are contiguous ``[rows, heads, capacity,
+    dim]`` tensors whose first ``length`` positions are the cache (the kernel's layout)."""
+    k, v = layer._k, layer._v
+    return (
+        k.is_contiguous()
+        and v.is_contiguous()
+        and k.shape == v.shape
+        and k.shape[2] >= length
+        and k.dtype == v.dtype
+    )
 
 
 def _rotate_half(x: Any) -> Any:
