@@ -496,21 +496,33 @@ static void sample_one(const float *l, int vocab, float inv_t, float draw, float
     *logprob = l[chosen] - high - logf(unit);
 }
 
+/* this thread's scratch of at least `count` floats, kept between calls (a vocabulary's worth
+ * per row: allocating it every step cost a fresh mapping and its page faults) */
+static float *thread_scratch(size_t count) {
+    static __thread float *buffer = NULL;
+    static __thread size_t capacity = 0;
+    if (count > capacity) {
+        free(buffer);
+        buffer = aligned(sizeof(float) * count);
+        capacity = buffer ? count : 0;
+    }
+    return buffer;
+}
+
 int sample_rows(const float *logits, int rows, int vocab, float inv_temperature,
                 const float *draws, int64_t *tokens, float *logprobs, int threads) {
     int failed = 0;
+    const size_t nblocks = (size_t)vocab / SAMPLE_BLOCK + 1;
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : failed)
     for (int r = 0; r < rows; r++) {
-        float *weights = aligned(sizeof(float) * (size_t)vocab);
-        float *blocks = aligned(sizeof(float) * (size_t)(vocab / SAMPLE_BLOCK + 1));
-        if (!weights || !blocks) {
+        float *weights = thread_scratch((size_t)vocab + nblocks + 16);
+        if (!weights) {
             failed++;
         } else {
+            float *blocks = weights + ((size_t)vocab + 15) / 16 * 16;
             sample_one(logits + (size_t)r * vocab, vocab, inv_temperature, draws[r], weights,
                        blocks, tokens + r, logprobs + r);
         }
-        free(weights);
-        free(blocks);
     }
     return failed;
 }
