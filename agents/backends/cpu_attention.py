@@ -54,6 +54,7 @@ __all__ = [
     "decode_attention",
     "install",
     "installable",
+    "kernel_buffers",
     "kernel_step_prefixes",
     "prefill_rows",
     "shared_prefix",
@@ -201,12 +202,7 @@ def _kernel_step(
         return None
     if query.shape[-1] > cpu_kernels.MAX_DIM or cpu_kernels.load() is None:
         return None
-    keys, values = _whole_buffer(key), _whole_buffer(value)
-    if keys is None or values is None or keys.shape[1] != values.shape[1]:
-        keys, values = key.contiguous(), value.contiguous()
-    else:
-        keys = keys.view(batch, key.shape[1], keys.shape[1], key.shape[3])
-        values = values.view(batch, value.shape[1], values.shape[1], value.shape[3])
+    keys, values = kernel_buffers(key, value)
     mask = None
     if attention_mask is not None:
         if attention_mask.dtype != torch.bool or attention_mask.dim() != 4:
@@ -220,6 +216,19 @@ def _kernel_step(
     if prefix is not None:
         prefix = (prefix[0].contiguous(), prefix[1].contiguous())
     return cpu_kernels.decode_attention(query, keys, values, length, mask, prefix, scale)
+
+
+def kernel_buffers(key: Any, value: Any) -> tuple[Any, Any]:
+    """The compiled kernel's ``[batch, kv_heads, capacity, dim]`` keys and values for a cache
+    layer's ``[batch, kv_heads, length, dim]`` views: the whole buffers they start
+    (no copy), else contiguous copies."""
+    batch = key.shape[0]
+    keys, values = _whole_buffer(key), _whole_buffer(value)
+    if keys is None or values is None or keys.shape[1] != values.shape[1]:
+        return key.contiguous(), value.contiguous()
+    keys = keys.view(batch, key.shape[1], keys.shape[1], key.shape[3])
+    values = values.view(batch, value.shape[1], values.shape[1], value.shape[3])
+    return keys, values
 
 
 def _with_prefix(query: Any, scores: Any, values: Any, prefix: Any, scale: float) -> Any:

@@ -133,7 +133,11 @@ class LeanDecoder:
         import torch
 
         from agents.backends import cpu_int4, cpu_kernels
-        from agents.backends.cpu_attention import decode_attention, kernel_step_prefixes
+        from agents.backends.cpu_attention import (
+            decode_attention,
+            kernel_buffers,
+            kernel_step_prefixes,
+        )
 
         batch = input_ids.shape[0]
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
@@ -167,13 +171,13 @@ class LeanDecoder:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            stored = cache.layers[index]
-            keys, values = stored.update(k, v)
+            keys, values = cache.layers[index].update(k, v)
             attention = layer.attention
-            if kernel and _whole_buffers(stored, keys.shape[2]):
+            if kernel:
                 prefix = prefixes[attention.layer_idx] if prefixes is not None else None
+                buffers = kernel_buffers(keys, values)
                 out = cpu_kernels.decode_attention(
-                    q, stored._k, stored._v, keys.shape[2], mask_bytes, prefix, attention.scaling
+                    q, *buffers, keys.shape[2], mask_bytes, prefix, attention.scaling
                 )
             else:
                 out, _ = decode_attention(
@@ -192,19 +196,6 @@ class LeanDecoder:
             hidden = residual + layer.down(layer.act(gate) * up)
         hidden = self.final_norm(hidden)
         return self.lm_head(hidden)[:, -1, :]
-
-
-def _whole_buffers(layer: Any, length: int) -> bool:
-    """Whether ``layer``'s key and value buffers are contiguous ``[rows, heads, capacity,
-    dim]`` tensors whose first ``length`` positions are the cache (the kernel's layout)."""
-    k, v = layer._k, layer._v
-    return (
-        k.is_contiguous()
-        and v.is_contiguous()
-        and k.shape == v.shape
-        and k.shape[2] >= length
-        and k.dtype == v.dtype
-    )
 
 
 def _rotate_half(x: Any) -> Any:
