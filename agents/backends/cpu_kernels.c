@@ -6,6 +6,11 @@
  * read, and the sums run over the packed visible positions: a row's result does not depend on
  * how much padding its buffer has, on the other rows, or on the thread count (each (row, key
  * head) is one thread's work).
+ *
+ * With AMX (tile_attention; prefill_attention_bf16 for prefill chunks): scores in the tile unit,
+ * probabilities as two bfloat16 parts against the values in tile layout, the shared prefix
+ * scored and weighted once per key head for all rows. The same invariances hold (see
+ * tile_attention).
  */
 #include <math.h>
 #include <stdint.h>
@@ -207,6 +212,565 @@ static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
     return 0;
 }
 
+#ifdef HAVE_ROWS_64
+/* the calling thread's scratch of at least `bytes`, kept between calls (a layer's scores
+ * for a batch are a few hundred KB: a fresh mapping every call cost page faults) */
+static void *call_scratch(size_t bytes) {
+    static __thread void *buffer = NULL;
+    static __thread size_t capacity = 0;
+    if (bytes > capacity) {
+        free(buffer);
+        buffer = aligned(bytes);
+        capacity = buffer ? bytes : 0;
+    }
+    return buffer;
+}
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define HAVE_TILES 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int tiles_wanted = 1; /* set_tiles() */
+
+/* AMX's tiles need the kernel's permission once per process (Linux 5.16+) */
+static int tiles_allowed(void) {
+    static int state = -1;
+    if (state < 0) state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                                   18 /* XFEATURE_XTILEDATA */) == 0;
+    return state && tiles_wanted;
+}
+
+/* this thread's tile configuration: every tile 16 rows of 64 bytes */
+static void tiles_on(void) {
+    struct { uint8_t palette, start, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    _tile_loadconfig(&c);
+}
+
+/* c (16 x 16 floats, row i = position i's scores) transposed in place: row n = query n's */
+static inline void transpose16(float *c) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(c + 16 * i);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+    for (int i = 0; i < 16; i++) _mm512_store_ps(c + 16 * i, r[i]);
+}
+
+/* b := up to 16 queries (64 bfloat16 each) as the B operand of q . k, two tiles of 16 rows:
+ * row r of tile h holds dims 32h + 2r and 32h + 2r + 1 of each query (zeros past count) */
+static void query_tile(const uint16_t *const *queries, int count, uint32_t *b) {
+    for (int h = 0; h < 2; h++) {
+        float rows[256] __attribute__((aligned(64)));
+        for (int n = 0; n < 16; n++)
+            _mm512_store_ps(rows + 16 * n, n < count ? _mm512_loadu_ps((const float *)(queries[n] + 32 * h))
+                                                     : _mm512_setzero_ps());
+        transpose16(rows); /* moves bits only */
+        memcpy(b + 256 * h, rows, sizeof rows);
+    }
+}
+
+/* tiles 1 and 2 := 16 key rows at `keys` (`stride` bytes apart), dims 0-31 and 32-63 */
+static inline void load_keys(const uint16_t *keys, long stride) {
+    _tile_loadd(1, keys, stride);
+    _tile_loadd(2, keys + 32, stride);
+}
+
+/* c[i][n] = key row i . query n for the keys of load_keys and the queries `b` of query_tile:
+ * the products exact, summed in float32 in the tile unit's fixed order, so a score's bits
+ * depend on its key and query only */
+static inline void score_tile(const uint32_t *b, float *c) {
+    _tile_loadd(3, b, 64);
+    _tile_loadd(4, b + 256, 64);
+    _tile_zero(0);
+    _tile_dpbf16ps(0, 1, 3);
+    _tile_dpbf16ps(0, 2, 4);
+    _tile_stored(0, c, 64);
+}
+
+/* 16 key rows as one block: `rows` itself when they are 16 consecutive rows, else copied into
+ * `scratch` (zeros past m) */
+static const uint16_t *key_block(const uint16_t *const *rows, int m, uint16_t *scratch,
+                                 long *stride) {
+    int consecutive = m == 16;
+    for (int i = 1; i < m && consecutive; i++) consecutive = rows[i] == rows[0] + (size_t)i * 64;
+    if (consecutive) {
+        *stride = 128;
+        return rows[0];
+    }
+    for (int i = 0; i < 16; i++) {
+        if (i < m) memcpy(scratch + i * 64, rows[i], 128);
+        else memset(scratch + i * 64, 0, 128);
+    }
+    *stride = 128;
+    return scratch;
+}
+
+/* B operands of p . v for 32 value rows of 64 bfloat16 (a NULL row is zeros), four tiles of
+ * 16 dims: tile c row r holds (v[2r][16c + n], v[2r + 1][16c + n]) for n < 16 */
+static void value_tiles(const uint16_t *const *rows, uint32_t *b) {
+    const __m512i low = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i high = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    for (int r = 0; r < 16; r++) {
+        const uint16_t *x = rows[2 * r], *y = rows[2 * r + 1];
+        for (int half = 0; half < 2; half++) {
+            __m512i a = x ? _mm512_loadu_si512((const void *)(x + 32 * half)) : _mm512_setzero_si512();
+            __m512i c = y ? _mm512_loadu_si512((const void *)(y + 32 * half)) : _mm512_setzero_si512();
+            __m512i lo = _mm512_unpacklo_epi16(a, c), hi = _mm512_unpackhi_epi16(a, c);
+            _mm512_store_si512((void *)(b + (2 * half) * 256 + r * 16),
+                               _mm512_permutex2var_epi64(lo, low, hi));
+            _mm512_store_si512((void *)(b + (2 * half + 1) * 256 + r * 16),
+                               _mm512_permutex2var_epi64(lo, high, hi));
+        }
+    }
+}
+
+/* A operands: positions [t0, t0 + 32) of up to 16 probability rows (zeros past n positions and
+ * past count rows) as bfloat16 high and low parts, p = hi + lo to about 16 bits */
+static void prob_tiles(const float *const *probs, int count, int t0, int n, uint16_t *hi,
+                       uint16_t *lo) {
+    __mmask16 first = n >= 16 ? 0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1);
+    __mmask16 second = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+    for (int m = 0; m < 16; m++) {
+        for (int part = 0; part < 2; part++) {
+            __m512 x = m < count ? _mm512_maskz_loadu_ps(part ? second : first,
+                                                         probs[m] + t0 + 16 * part)
+                                 : _mm512_setzero_ps();
+            __m256bh h = _mm512_cvtneps_pbh(x);
+            __m512 back = _mm512_castsi512_ps(
+                _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
+            __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(x, back));
+            _mm256_store_si256((__m256i *)(hi + m * 32 + 16 * part), (__m256i)h);
+            _mm256_store_si256((__m256i *)(lo + m * 32 + 16 * part), (__m256i)l);
+        }
+    }
+}
+
+/* tiles 0-3 (16 sums x 16 dims each) += the A operands' rows times the value tiles */
+static inline void weigh_tiles(const uint16_t *hi, const uint16_t *lo, const uint32_t *b) {
+    _tile_loadd(4, hi, 64);
+    _tile_loadd(5, lo, 64);
+    _tile_loadd(6, b, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(0, 5, 6);
+    _tile_loadd(6, b + 256, 64);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(1, 5, 6);
+    _tile_loadd(6, b + 512, 64);
+    _tile_dpbf16ps(2, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_loadd(6, b + 768, 64);
+    _tile_dpbf16ps(3, 4, 6);
+    _tile_dpbf16ps(3, 5, 6);
+}
+
+static inline void load_sums(const float *c) {
+    _tile_loadd(0, c, 256);
+    _tile_loadd(1, c + 16, 256);
+    _tile_loadd(2, c + 32, 256);
+    _tile_loadd(3, c + 48, 256);
+}
+
+static inline void store_sums(float *c) {
+    _tile_stored(0, c, 256);
+    _tile_stored(1, c + 16, 256);
+    _tile_stored(2, c + 32, 256);
+    _tile_stored(3, c + 48, 256);
+}
+
+/* decode_attention_bf16 for dim 64 on a CPU with AMX: scores in the tile unit, the shared
+ * prefix's keys and values read once per key head for every row's queries. A score is the same
+ * bits whichever queries share its tile, and each row's softmax and weighted sums are its own,
+ * over the prefix's positions and then its visible ones, in that order: a row gets the same
+ * bits alone, in any batch, and with the prefix split off or in its own buffer. Phases: the
+ * prefix's scores (per key head, 16 queries and 64 positions), each item's own scores and
+ * softmax, the prefix's weighted sums (per key head and PAIRS (row, query head) pairs), each
+ * item's own weighted sums. */
+static int tile_attention(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const uint8_t *mask, const uint16_t *pk, const uint16_t *pv, int prefix,
+                          uint16_t *out, int rows, int heads, int kv_heads, int capacity,
+                          int length, float scale, int threads) {
+    const int dim = 64, groups = heads / kv_heads, items = rows * kv_heads;
+    const int width = length > 0 ? length : 1;
+    size_t score_floats = 0, head = (sizeof(size_t) * (size_t)items + 63) / 64 * 64;
+    int own_scratch[64];
+    int *own = rows <= 64 ? own_scratch : malloc(sizeof(int) * (size_t)rows);
+    if (!own) return items;
+    for (int r = 0; r < rows; r++) { /* visible own positions per row: they size the scores */
+        int n = 0;
+        for (int j = 0; j < length; j++) n += !mask || mask[(size_t)r * length + j];
+        own[r] = n;
+        score_floats += (size_t)kv_heads * groups * (size_t)((prefix + n + 15) / 16 * 16);
+    }
+    const int query_tiles = (rows * groups + 15) / 16;
+    size_t acc_floats = (size_t)items * groups * 64 + (size_t)kv_heads * query_tiles * 512;
+    size_t pointers = (size_t)items * width * 2;
+    size_t bytes =
+        head + sizeof(float) * (acc_floats + score_floats) + sizeof(uint16_t *) * pointers;
+    char *base = call_scratch(bytes);
+    if (!base) {
+        if (own != own_scratch) free(own);
+        return items;
+    }
+    size_t *offset = (size_t *)base;
+    float *acc = (float *)(base + head), *scores = acc + acc_floats;
+    uint32_t *qtiles = (uint32_t *)(acc + (size_t)items * groups * 64);
+    const uint16_t **rowptr = (const uint16_t **)(scores + score_floats);
+    for (int item = 0, at = 0; item < items; item++) {
+        offset[item] = (size_t)at;
+        at += groups * ((prefix + own[item / kv_heads] + 15) / 16 * 16);
+    }
+    const int blocks = (prefix + 15) / 16, chunk = 4, per_head = (blocks + chunk - 1) / chunk;
+    const int shared_blocks = prefix / 32;
+#pragma omp parallel num_threads(threads)
+    {
+        uint32_t b[1024] __attribute__((aligned(64)));
+        float c[256] __attribute__((aligned(64)));
+        uint16_t gathered[16 * 64] __attribute__((aligned(64)));
+        uint16_t hi[16 * 32] __attribute__((aligned(64))), lo[16 * 32] __attribute__((aligned(64)));
+        float sums[16 * 64] __attribute__((aligned(64)));
+        const __m512 factor = _mm512_set1_ps(scale);
+        tiles_on();
+#pragma omp for schedule(static)
+        for (int u = 0; u < kv_heads * query_tiles; u++) { /* the prefix's query tiles */
+            int h = u / query_tiles, count = 0;
+            const uint16_t *queries[16] = {0};
+            for (int p = u % query_tiles * 16; count < 16 && p < rows * groups; p++, count++)
+                queries[count] = q + ((size_t)(p / groups) * heads + (size_t)h * groups + p % groups) * dim;
+            query_tile(queries, count, qtiles + (size_t)u * 512);
+        }
+#pragma omp for schedule(static)
+        for (int u = 0; u < kv_heads * per_head; u++) { /* the prefix's scores */
+            int h = u / per_head, b0 = u % per_head * chunk;
+            const uint16_t *keys = pk + (size_t)h * prefix * dim;
+            for (int blk = b0; blk < b0 + chunk && blk < blocks; blk++) {
+                int t0 = blk * 16, m = prefix - t0 < 16 ? prefix - t0 : 16;
+                for (int i = t0 + PREFETCH; i < t0 + PREFETCH + 16 && i < prefix; i++) {
+                    _mm_prefetch((const char *)(keys + (size_t)i * dim), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(keys + (size_t)i * dim + 32), _MM_HINT_T0);
+                }
+                const uint16_t *krows[16];
+                for (int i = 0; i < m; i++) krows[i] = keys + (size_t)(t0 + i) * dim;
+                long stride;
+                const uint16_t *block = key_block(krows, m, gathered, &stride);
+                load_keys(block, stride);
+                for (int nt = 0; nt < query_tiles; nt++) {
+                    score_tile(qtiles + (size_t)(h * query_tiles + nt) * 512, c);
+                    transpose16(c);
+                    for (int n = 0, p = nt * 16; n < 16 && p < rows * groups; n++, p++) {
+                        int r = p / groups, g = p % groups, item = r * kv_heads + h;
+                        float *dest = scores + offset[item] +
+                                      (size_t)g * ((prefix + own[r] + 15) / 16 * 16);
+                        _mm512_mask_storeu_ps(dest + t0, (__mmask16)((1u << m) - 1),
+                                              _mm512_mul_ps(_mm512_load_ps(c + 16 * n), factor));
+                    }
+                }
+            }
+        }
+#pragma omp for schedule(static)
+        for (int item = 0; item < items; item++) { /* own scores, softmax */
+            int r = item / kv_heads, h = item % kv_heads, n = own[r], total = prefix + n;
+            int stride = (total + 15) / 16 * 16;
+            size_t kv = ((size_t)r * kv_heads + h) * (size_t)capacity * dim;
+            size_t qo = ((size_t)r * heads + (size_t)h * groups) * dim;
+            const uint16_t **krows = rowptr + (size_t)item * width * 2, **vrows = krows + width;
+            for (int j = 0, t = 0; j < length; j++) {
+                if (mask && !mask[(size_t)r * length + j]) continue;
+                krows[t] = k + kv + (size_t)j * dim;
+                vrows[t] = v + kv + (size_t)j * dim;
+                t++;
+            }
+            const uint16_t *queries[16] = {0};
+            for (int g = 0; g < groups; g++) queries[g] = q + qo + (size_t)g * dim;
+            query_tile(queries, groups, b);
+            float *s0 = scores + offset[item];
+            for (int t0 = 0; t0 < n; t0 += 16) {
+                int m = n - t0 < 16 ? n - t0 : 16;
+                for (int i = t0 + PREFETCH; i < t0 + PREFETCH + 16 && i < n; i++) {
+                    _mm_prefetch((const char *)krows[i], _MM_HINT_T0);
+                    _mm_prefetch((const char *)(krows[i] + 32), _MM_HINT_T0);
+                }
+                long kstride;
+                const uint16_t *block = key_block(krows + t0, m, gathered, &kstride);
+                load_keys(block, kstride);
+                score_tile(b, c);
+                transpose16(c);
+                for (int g = 0; g < groups; g++)
+                    _mm512_mask_storeu_ps(s0 + (size_t)g * stride + prefix + t0,
+                                          (__mmask16)((1u << m) - 1),
+                                          _mm512_mul_ps(_mm512_load_ps(c + 16 * g), factor));
+            }
+            for (int g = 0; g < groups; g++) {
+                float *s = s0 + (size_t)g * stride;
+                float high = -3.4e38f;
+                for (int t = 0; t < total; t++) high = s[t] > high ? s[t] : high;
+                float sum = 0.0f;
+                for (int t = 0; t < total; t++) {
+                    s[t] = expf(s[t] - high);
+                    sum += s[t];
+                }
+                float inv = total ? 1.0f / sum : 0.0f;
+                for (int t = 0; t < total; t++) s[t] *= inv;
+            }
+            memset(acc + (size_t)item * groups * 64, 0, sizeof(float) * (size_t)groups * 64);
+        }
+#pragma omp for schedule(static)
+        for (int u = 0; u < kv_heads * query_tiles; u++) { /* the prefix's weighted sums */
+            int h = u / query_tiles, p0 = u % query_tiles * 16, count = 0;
+            if (!shared_blocks) continue;
+            float *dest[16];
+            const float *probs[16];
+            for (int p = p0; p < p0 + 16 && p < rows * groups; p++, count++) {
+                int r = p / groups, g = p % groups, item = r * kv_heads + h;
+                dest[count] = acc + ((size_t)item * groups + g) * 64;
+                probs[count] = scores + offset[item] + (size_t)g * ((prefix + own[r] + 15) / 16 * 16);
+            }
+            const uint16_t *values = pv + (size_t)h * prefix * dim, *vrows[32];
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int j = 0; j < shared_blocks; j++) {
+                for (int i = 0; i < 32; i++) vrows[i] = values + (size_t)(32 * j + i) * dim;
+                value_tiles(vrows, b);
+                prob_tiles(probs, count, 32 * j, 32, hi, lo);
+                weigh_tiles(hi, lo, b);
+            }
+            store_sums(sums);
+            for (int m = 0; m < count; m++) memcpy(dest[m], sums + m * 64, sizeof(float) * 64);
+        }
+#pragma omp for schedule(static)
+        for (int item = 0; item < items; item++) { /* own weighted sums, rounding */
+            int r = item / kv_heads, h = item % kv_heads, n = own[r], total = prefix + n;
+            int stride = (total + 15) / 16 * 16;
+            size_t qo = ((size_t)r * heads + (size_t)h * groups) * dim;
+            const uint16_t **own_values = rowptr + (size_t)item * width * 2 + width;
+            const uint16_t *values = prefix ? pv + (size_t)h * prefix * dim : NULL, *vrows[32];
+            const float *probs[16];
+            for (int g = 0; g < groups; g++) probs[g] = scores + offset[item] + (size_t)g * stride;
+            memset(sums, 0, sizeof(float) * 16 * 64);
+            memcpy(sums, acc + (size_t)item * groups * 64, sizeof(float) * (size_t)groups * 64);
+            load_sums(sums);
+            for (int j = shared_blocks; 32 * j < total; j++) {
+                for (int i = 0; i < 32; i++) {
+                    int t = 32 * j + i;
+                    vrows[i] = t < prefix ? values + (size_t)t * dim
+                               : t < total ? own_values[t - prefix] : NULL;
+                    int ahead = t + PREFETCH - prefix;
+                    if (ahead >= 0 && ahead < n) {
+                        _mm_prefetch((const char *)own_values[ahead], _MM_HINT_T0);
+                        _mm_prefetch((const char *)(own_values[ahead] + 32), _MM_HINT_T0);
+                    }
+                }
+                value_tiles(vrows, b);
+                prob_tiles(probs, groups, 32 * j, total - 32 * j, hi, lo);
+                weigh_tiles(hi, lo, b);
+            }
+            store_sums(sums);
+            for (int g = 0; g < groups; g++)
+                for (int i = 0; i < dim; i++) out[qo + g * dim + i] = float_to_bf16(sums[g * 64 + i]);
+        }
+        _tile_release();
+    }
+    if (own != own_scratch) free(own);
+    return 0;
+}
+#endif
+#endif
+
+#ifdef HAVE_TILES
+/* this thread's probabilities scratch of at least `count` floats, kept between calls */
+static float *prefill_scratch(size_t count) {
+    static __thread float *buffer = NULL;
+    static __thread size_t capacity = 0;
+    if (count > capacity) {
+        free(buffer);
+        buffer = aligned(sizeof(float) * count);
+        capacity = buffer ? count : 0;
+    }
+    return buffer;
+}
+
+/* One unit of prefill attention: up to 16 query rows (token-major: row m is new token m / groups,
+ * query head m % groups of key head h) of one chunk against its row's keys, causal among the
+ * chunk's new tokens. */
+static void prefill_unit(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int32_t *e,
+                         int h, int m0, uint16_t *out, int q_len, int heads, int kv_heads,
+                         int capacity, float scale, float *probs, uint32_t *b, uint32_t *vt,
+                         float *c, uint16_t *gathered, uint16_t *hi, uint16_t *lo, float *sums) {
+    const int dim = 64, groups = heads / kv_heads;
+    const int key_row = e[0], start = e[1], stop = e[2], new = e[3], row = e[4], end = e[5];
+    const int span = stop - start, count = new * groups - m0 < 16 ? new * groups - m0 : 16;
+    const uint16_t *queries[16] = {0};
+    int vis[16];
+    size_t at[16];
+    for (int n = 0; n < count; n++) {
+        int m = m0 + n, i = m / groups, g = m % groups, pos = end - new + i;
+        at[n] = (((size_t)row * q_len + pos) * heads + (size_t)h * groups + g) * dim;
+        queries[n] = q + at[n];
+        vis[n] = span - new + i + 1;
+    }
+    const int most = vis[count - 1], stride = (most + 31) / 32 * 32;
+    const uint16_t *keys = k + (((size_t)key_row * kv_heads + h) * capacity + start) * dim;
+    const uint16_t *values = v + (((size_t)key_row * kv_heads + h) * capacity + start) * dim;
+    const __m512 factor = _mm512_set1_ps(scale);
+    query_tile(queries, count, b);
+    for (int t0 = 0; t0 < most; t0 += 16) { /* scores */
+        int m = most - t0 < 16 ? most - t0 : 16;
+        for (int t = t0 + PREFETCH; t < t0 + PREFETCH + 16 && t < most; t++) {
+            _mm_prefetch((const char *)(keys + (size_t)t * dim), _MM_HINT_T0);
+            _mm_prefetch((const char *)(keys + (size_t)t * dim + 32), _MM_HINT_T0);
+        }
+        const uint16_t *krows[16];
+        for (int i = 0; i < m; i++) krows[i] = keys + (size_t)(t0 + i) * dim;
+        long kstride;
+        const uint16_t *block = key_block(krows, m, gathered, &kstride);
+        load_keys(block, kstride);
+        score_tile(b, c);
+        transpose16(c);
+        for (int n = 0; n < count; n++)
+            _mm512_mask_storeu_ps(probs + (size_t)n * stride + t0, (__mmask16)((1u << m) - 1),
+                                  _mm512_mul_ps(_mm512_load_ps(c + 16 * n), factor));
+    }
+    for (int n = 0; n < count; n++) { /* softmax over each query's visible positions */
+        float *s = probs + (size_t)n * stride;
+        int total = vis[n];
+        float high = -3.4e38f;
+        for (int t = 0; t < total; t++) high = s[t] > high ? s[t] : high;
+        float sum = 0.0f;
+        for (int t = 0; t < total; t++) {
+            s[t] = expf(s[t] - high);
+            sum += s[t];
+        }
+        float inv = 1.0f / sum;
+        for (int t = 0; t < total; t++) s[t] *= inv;
+        for (int t = total; t < stride; t++) s[t] = 0.0f;
+    }
+    const float *rows_p[16];
+    for (int n = 0; n < 16; n++) rows_p[n] = n < count ? probs + (size_t)n * stride : NULL;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int t0 = 0; t0 < most; t0 += 32) { /* weighted sums of the values */
+        const uint16_t *vrows[32];
+        for (int i = 0; i < 32; i++) vrows[i] = t0 + i < most ? values + (size_t)(t0 + i) * dim : NULL;
+        for (int t = t0 + 32; t < t0 + 64 && t < most; t++) {
+            _mm_prefetch((const char *)(values + (size_t)t * dim), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (size_t)t * dim + 32), _MM_HINT_T0);
+        }
+        value_tiles(vrows, vt);
+        prob_tiles(rows_p, count, t0, most - t0, hi, lo);
+        weigh_tiles(hi, lo, vt);
+    }
+    store_sums(sums);
+    for (int n = 0; n < count; n++)
+        for (int i = 0; i < dim; i++) out[at[n] + i] = float_to_bf16(sums[n * 64 + i]);
+}
+#endif
+
+/* whether the tile paths run (the CPU has AMX, Linux granted it, and set_tiles did not turn
+ * them off) */
+int tiles_available(void) {
+#ifdef HAVE_TILES
+    return tiles_allowed();
+#else
+    return 0;
+#endif
+}
+
+/* on = 0: the vector paths even where tiles exist (AGENTENVS_KERNEL_TILES=0); returns the
+ * previous setting */
+int set_tiles(int on) {
+#ifdef HAVE_TILES
+    int before = tiles_wanted;
+    tiles_wanted = on != 0;
+    return before;
+#else
+    (void)on;
+    return 0;
+#endif
+}
+
+/* Prefill attention (prefill_attention="kernel"), dim 64, with AMX. q, out: [batch][q_len]
+ * [heads][dim]; k, v: [rows][kv_heads][capacity][dim]; chunks[6 * c] = (key row, start, stop,
+ * new, query row, end): the chunk's queries are positions [end - new, end) of its query row, its
+ * keys positions [start, stop) of its key row, the new tokens' keys the last `new` of them,
+ * causal among those. Scores, softmax and sums as the decoding kernel's tile path: a query's
+ * result depends on its own keys and values only, not on the chunk it came in or the others.
+ * Returns 0, or -1 where it does not apply (no tiles, dim or groups it does not take), or the
+ * number of threads that could not allocate. */
+int prefill_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                           const int32_t *chunks, int count, uint16_t *out, int q_len, int heads,
+                           int kv_heads, int dim, int capacity, float scale, int threads) {
+#ifdef HAVE_TILES
+    if (dim != 64 || heads % kv_heads || heads / kv_heads > 16 || !tiles_allowed()) return -1;
+    const int groups = heads / kv_heads;
+    int first_scratch[65], *first = count < 64 ? first_scratch : malloc(sizeof(int) * (size_t)(count + 1));
+    if (!first) return 1;
+    int longest = 0;
+    first[0] = 0;
+    for (int c = 0; c < count; c++) {
+        const int32_t *e = chunks + 6 * c;
+        longest = e[2] - e[1] > longest ? e[2] - e[1] : longest;
+        first[c + 1] = first[c] + kv_heads * ((e[3] * groups + 15) / 16);
+    }
+    const int units = first[count];
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : failed)
+    {
+        uint32_t b[512] __attribute__((aligned(64))), vt[1024] __attribute__((aligned(64)));
+        float c[256] __attribute__((aligned(64))), sums[16 * 64] __attribute__((aligned(64)));
+        uint16_t gathered[16 * 64] __attribute__((aligned(64)));
+        uint16_t hi[16 * 32] __attribute__((aligned(64))), lo[16 * 32] __attribute__((aligned(64)));
+        float *probs = prefill_scratch((size_t)16 * ((longest + 31) / 32 * 32));
+        if (!probs) failed++;
+        tiles_on();
+#pragma omp for schedule(static)
+        for (int u = 0; u < units; u++) {
+            if (!probs) continue;
+            int lo_c = 0, hi_c = count - 1; /* the chunk holding unit u */
+            while (lo_c < hi_c) {
+                int mid = (lo_c + hi_c + 1) / 2;
+                if (first[mid] <= u) lo_c = mid;
+                else hi_c = mid - 1;
+            }
+            const int32_t *e = chunks + 6 * lo_c;
+            int tiles = (e[3] * groups + 15) / 16, local = u - first[lo_c];
+            prefill_unit(q, k, v, e, local / tiles, local % tiles * 16, out, q_len, heads, kv_heads,
+                         capacity, scale, probs, b, vt, c, gathered, hi, lo, sums);
+        }
+        _tile_release();
+    }
+    if (first != first_scratch) free(first);
+    return failed;
+#else
+    (void)q; (void)k; (void)v; (void)chunks; (void)count; (void)out; (void)q_len; (void)heads;
+    (void)kv_heads; (void)dim; (void)capacity; (void)scale; (void)threads;
+    return -1;
+#endif
+}
+
 /* q: [rows][heads][dim]; k, v: [rows][kv_heads][capacity][dim], positions < length used;
  * mask: [rows][length] (nonzero: visible) or NULL; pk, pv: [kv_heads][prefix][dim] or NULL;
  * out: [rows][heads][dim]. Returns the number of (row, key head) items that failed (out of
@@ -218,6 +782,11 @@ int decode_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *
     int groups = heads / kv_heads;
     int items = rows * kv_heads;
     int failed = 0;
+#ifdef HAVE_TILES
+    if (dim == 64 && groups <= 16 && tiles_allowed())
+        return tile_attention(q, k, v, mask, pk, pv, pk ? prefix : 0, out, rows, heads, kv_heads,
+                              capacity, length, scale, threads);
+#endif
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : failed)
     for (int item = 0; item < items; item++) {
         int row = item / kv_heads, head = item % kv_heads;

@@ -12,12 +12,34 @@ float32 softmax, the weighted sum of the values, one rounding to bfloat16. Measu
 process on that machine (30 layers' buffers, so the keys come from memory): 71 against 356 us
 for one row, 319 against 914 us for eight.
 
+On a CPU with AMX tiles (Linux grants them per process on first use), the kernel computes in the
+tile unit instead: the scores as products of 16 keys by up to 16 queries (``TDPBF16PS``: the
+products exact, float32 sums in the unit's fixed order), and the weighted sums of the values
+with each probability written as two bfloat16 parts (``hi + lo``, about 16 bits) against the
+values in tile layout, 32 positions at a time. The shared prefix is then scored and weighted once
+per key head for every row's queries, where the vector path reads it once per row. Measured in
+one process (30 layers' buffers, so the keys come from memory; the 645 prefix positions and 370
+of each row's own, as in the benchmark's last turns): 142 against 187 us a layer for 8 rows, 339
+against 501 for 32 rows, 39 against 36 for one row (which the prefix's bytes bound either way).
+The error against a float32 pass is that of the bfloat16 output's rounding on both paths (the
+tests check it). ``AGENTENVS_KERNEL_TILES=0`` (or :func:`set_tiles`) keeps the vector path.
+
+Prefill (``prefill_attention="kernel"``, :func:`prefill_attention`, tiles only): each chunk's new
+tokens against its row's keys, causal among them, with the same tile arithmetic, in units of 16
+queries (a query's result depends on its own keys and values, not on its chunk or the pass's
+other chunks). Against the two-bmm path of :mod:`agents.backends.cpu_attention`, one process,
+two threads: 45 new tokens over 900 positions 248 against 847 us a layer for one row and 1.8
+against 7.3 ms for eight; 256 new over 512, 0.65 against 3.4 ms.
+
 Exactness: scores and sums are float32 over the bfloat16 keys, values and query (AVX-512 BF16
 dot products where the CPU has them: each product exact, float32 sums), closer to a float32
 pass than the bmm path, whose scores are rounded to bfloat16. Each (row, key head) is one
 thread's work and its sums run over its visible positions packed in order (prefix first), so a
 row's result is the same bits alone or in any batch, with any padding, at any thread count;
 and the same with or without the cascade's split (the prefix's positions are the row's first).
+The tile path keeps these: a score's bits do not depend on the other keys or queries in its
+tile, and a row's weighted sums run over its visible positions in blocks of 32 counted from its
+first, the prefix's whole blocks shared, the block straddling the prefix's end the row's own.
 
 The 4-bit product (:func:`int4_linear`, :func:`pack_int4`; used by
 :mod:`agents.backends.cpu_int4` for calls of at most :data:`INT4_ROWS` rows): torch's CPU kernel
@@ -52,6 +74,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +90,11 @@ __all__ = [
     "load_error",
     "pack_int4",
     "pack_int8",
+    "prefill_attention",
+    "prefill_kernel_error",
     "sample_rows",
+    "set_tiles",
+    "tiles_available",
 ]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
@@ -145,6 +172,15 @@ def load() -> Any:
         int8.restype = number
         int8.argtypes = [pointer] * 4 + [number] * 5
         _STATE["int8"] = int8
+        prefill = library.prefill_attention_bf16
+        prefill.restype = number
+        prefill.argtypes = [pointer] * 4 + [number, pointer] + [number] * 5
+        prefill.argtypes += [ctypes.c_float, number]
+        library.tiles_available.restype = number
+        library.set_tiles.restype = number
+        library.set_tiles.argtypes = [number]
+        library.set_tiles(int(os.environ.get("AGENTENVS_KERNEL_TILES", "1") != "0"))
+        _STATE["prefill"], _STATE["library"] = prefill, library
         sample = library.sample_rows
         sample.restype = number
         sample.argtypes = [pointer, number, number, ctypes.c_float, pointer, pointer, pointer]
@@ -203,6 +239,85 @@ def decode_attention(
     )
     if failed:
         raise MemoryError(f"the decoding kernel could not allocate memory for {failed} items")
+    return out
+
+
+def tiles_available() -> bool:
+    """Whether the kernels run on AMX tiles here (the CPU has them and Linux granted them):
+    the decoding attention's tile path, and :func:`prefill_attention` at all."""
+    return load() is not None and bool(_STATE["library"].tiles_available())
+
+
+def set_tiles(enabled: bool) -> bool:
+    """Use the tile paths where they exist (``enabled``), or the vector ones everywhere, as
+    ``AGENTENVS_KERNEL_TILES=0`` does from the start; returns the previous setting. The two
+    paths round differently: switch before a run, not inside one."""
+    if load() is None:
+        return False
+    return bool(_STATE["library"].set_tiles(int(enabled)))
+
+
+def prefill_kernel_error(model: Any) -> str | None:
+    """Why :func:`prefill_attention` cannot run ``model``'s prefill (None when it can)."""
+    import torch
+
+    config = getattr(model, "config", None)
+    dim = getattr(config, "head_dim", None) or (
+        config.hidden_size // config.num_attention_heads if config is not None else None
+    )
+    if next(model.parameters()).dtype != torch.bfloat16:
+        return "the prefill kernel is for bfloat16 models"
+    if load() is None:
+        return load_error()
+    if not tiles_available():
+        return "no AMX tiles on this CPU (or Linux did not grant them)"
+    if dim != 64:
+        return f"the prefill kernel takes heads of 64, got {dim}"
+    return None
+
+
+def prefill_attention(
+    query: Any, keys: Any, values: Any, layout: Sequence[Sequence[int]], scale: float
+) -> Any | None:
+    """``[batch, q_len, heads, dim]`` attention of prefill chunks (the layout of
+    :func:`agents.backends.cpu_attention.prefill_rows`, entries of 4 or 6 numbers), or None
+    where the kernel does not apply (no AMX tiles, a head size other than 64).
+
+    ``query``: ``[batch, heads, q_len, dim]``; ``keys``/``values``: contiguous
+    ``[rows, kv_heads, capacity, dim]`` buffers; everything bfloat16 on CPU. Positions of the
+    query rows outside every chunk come out zero."""
+    import torch
+
+    if not tiles_available() or query.shape[-1] != 64:
+        return None
+    batch, heads, q_len, dim = query.shape
+    kv_heads, capacity = keys.shape[1], keys.shape[2]
+    chunks = [
+        (*entry, index, q_len) if len(entry) == 4 else tuple(entry)
+        for index, entry in enumerate(layout)
+    ]
+    table = torch.tensor(chunks, dtype=torch.int32).contiguous()
+    q = query.transpose(1, 2).contiguous()
+    out = torch.zeros((batch, q_len, heads, dim), dtype=query.dtype)
+    failed = _STATE["prefill"](
+        q.data_ptr(),
+        keys.data_ptr(),
+        values.data_ptr(),
+        table.data_ptr(),
+        len(chunks),
+        out.data_ptr(),
+        q_len,
+        heads,
+        kv_heads,
+        dim,
+        capacity,
+        float(scale),
+        torch.get_num_threads(),
+    )
+    if failed < 0:
+        return None
+    if failed:
+        raise MemoryError(f"the prefill kernel could not allocate memory in {failed} threads")
     return out
 
 
@@ -350,3 +465,21 @@ def _self_check() -> None:
     got = int8_linear(x, *pack_int8(q8, d), 64).float()
     if not torch.allclose(got, x.float() @ weight.T, atol=5e-2, rtol=2e-2):
         raise RuntimeError("the compiled 8-bit product disagrees with a float32 reference")
+    if _STATE["library"].tiles_available():  # the prefill kernel runs only on tiles
+        groups_per_head = 3
+        query = torch.randn((1, kv_heads * groups_per_head, 9, 64), generator=generator)
+        query = query.to(torch.bfloat16)
+        layout = [(2, 3, 30, 5, 0, 5), (0, 0, 40, 4, 0, 9)]  # (key row, start, stop, new, row, end)
+        got = prefill_attention(query, keys, values, layout, 0.125)
+        for key_row, start, stop, new, _, end in layout:
+            span = stop - start
+            k = keys[key_row, :, start:stop].float().repeat_interleave(groups_per_head, dim=0)
+            v = values[key_row, :, start:stop].float().repeat_interleave(groups_per_head, dim=0)
+            visible = torch.ones(new, span, dtype=torch.bool).tril_(span - new)
+            want = torch.nn.functional.scaled_dot_product_attention(
+                query[0, :, end - new : end].float(), k, v, attn_mask=visible, scale=0.125
+            )
+            if got is None or not torch.allclose(
+                got[0, end - new : end].transpose(0, 1).float(), want, atol=2e-2, rtol=2e-2
+            ):
+                raise RuntimeError("the compiled prefill attention disagrees with a float32 pass")

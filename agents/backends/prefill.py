@@ -7,11 +7,12 @@ padded batch on GPU. Decoding then writes into the same buffers, ``max_new_token
 With ``prefill_attention="bmm"`` (bfloat16 on CPU) every prompt runs in chunks of at most
 ``MAX_PREFILL_QUERIES`` tokens with the two-bmm attention
 (:func:`agents.backends.cpu_attention.prefill_rows`), and the rows of a batch run *packed*:
-each round's chunks (every row's next one) in left-padded forward passes of similar lengths
-(:func:`packing_groups`). The weights' products then see many rows at once (the decoder's
-products for 45 tokens took 22 ms, for 8 rows of 45 packed 91 ms, two threads), while each
-row's attention reads its own positions only and its keys land where a row-by-row pass would
-put them. A row's result is the same bit for bit alone, split at the batch's shared prefix, or
+each round's chunks (every row's next one) in one forward pass, end to end with no padding.
+The weights' products then see many rows at once (the decoder's products for 45 tokens took
+22 ms, for 8 rows of 45 packed 91 ms, two threads), while each row's attention reads its own
+positions only and its keys land where a row-by-row pass would put them. (Left-padded passes
+of similar lengths, the earlier way, padded a first turn's 664 new tokens to 1,004 rows in three
+passes.) A row's result is the same bit for bit alone, split at the batch's shared prefix, or
 packed: the products are row-independent and the bmm attention does not depend on the cut (the
 tests check it).
 """
@@ -56,6 +57,7 @@ class PrefillMixin:
     rowwise_prefill: bool
     bmm_prefill: bool
     packed_rows: int
+    kernel_prefill: bool
     _layout: list[tuple[Any, ...]] | None
     _cache_arg: str
     _keep_last: dict[str, Any]
@@ -226,11 +228,11 @@ class PrefillMixin:
         """Run every piece's tokens into its buffer row; each piece's last logits, in order.
 
         A piece's tokens go in chunks of at most ``MAX_PREFILL_QUERIES``, and the chunks of one
-        round (every piece's next chunk) in forward passes of similar lengths
-        (:func:`packing_groups`), left-padded: the weights' products see the whole pass at once,
-        while each row's attention reads its own positions only (the two-bmm path, whose
-        results do not depend on how a prompt was cut into chunks or passes: the tests check a
-        row alone against the same row packed, bit for bit)."""
+        round (every piece's next chunk) in one forward pass, end to end in one sequence with no
+        padding (each with its own positions): the weights' products see the whole round at
+        once, while each chunk's attention reads its own row's positions only (the two-bmm path,
+        whose results do not depend on how a prompt was cut into chunks or passes: the tests
+        check a row alone against the same row packed, bit for bit)."""
         import torch
 
         done = [0] * len(pieces)
@@ -239,37 +241,35 @@ class PrefillMixin:
             todo = [i for i, piece in enumerate(pieces) if done[i] < len(piece.tokens)]
             if not todo:
                 return logits
-            sizes = [min(MAX_PREFILL_QUERIES, len(pieces[i].tokens) - done[i]) for i in todo]
-            for group in packing_groups(sizes):
-                members = [todo[g] for g in group]
-                span = max(sizes[g] for g in group)
-                ids = torch.full((len(members), span), self.pad_id, dtype=torch.long)
-                positions = torch.zeros((len(members), span), dtype=torch.long)
-                writes, layout = [], []
-                for row, (i, g) in enumerate(zip(members, group, strict=True)):
-                    piece, size = pieces[i], sizes[g]
-                    first = piece.first + done[i]  # the chunk's first position
-                    ids[row, span - size :] = torch.tensor(
-                        list(piece.tokens[done[i] : done[i] + size])
-                    )
-                    positions[row, span - size :] = torch.arange(first, first + size)
-                    stop = piece.key_start + first + size
-                    writes.append((piece.buffer_row, stop, size))
-                    layout.append((piece.buffer_row, piece.key_start, stop, size))
-                if len(members) > 1:
-                    self.packed_rows += len(members)
-                with prefill_rows(layout):
-                    out = self.model(
-                        input_ids=ids.to(self.device),
-                        position_ids=positions.to(self.device),
-                        use_cache=True,
-                        **{self._cache_arg: packed_cache(buffers, writes)},
-                        **self._keep_last,
-                    )
-                for row, (i, g) in enumerate(zip(members, group, strict=True)):
-                    done[i] += sizes[g]
-                    logits[i] = out.logits[row : row + 1, -1:, :]
-                del out
+            ids: list[int] = []
+            positions: list[int] = []
+            writes, layout, ends = [], [], []
+            for i in todo:
+                piece = pieces[i]
+                size = min(MAX_PREFILL_QUERIES, len(piece.tokens) - done[i])
+                first = piece.first + done[i]  # the chunk's first position
+                ids.extend(piece.tokens[done[i] : done[i] + size])
+                positions.extend(range(first, first + size))
+                stop, end = piece.key_start + first + size, len(ids)
+                writes.append((piece.buffer_row, stop, size, 0, end))
+                layout.append((piece.buffer_row, piece.key_start, stop, size, 0, end))
+                ends.append(end - 1)
+                done[i] += size
+            if len(todo) > 1:
+                self.packed_rows += len(todo)
+            keep = {"logits_to_keep": torch.tensor(ends)} if self._keep_last else {}
+            with prefill_rows(layout, kernel=self.kernel_prefill):
+                out = self.model(
+                    input_ids=torch.tensor([ids], device=self.device),
+                    position_ids=torch.tensor([positions], device=self.device),
+                    use_cache=True,
+                    **{self._cache_arg: packed_cache(buffers, writes)},
+                    **keep,
+                )
+            for j, i in enumerate(todo):
+                at = j if keep else ends[j]
+                logits[i] = out.logits[:, at : at + 1, :]
+            del out
 
     def _prefilled(
         self, logits: Any, buffers: Layers, lengths: list[int], width: int
@@ -338,23 +338,6 @@ def aligned_width(length: int) -> int:
     (``cpu_int4.row_blocked_mm``), they were the same bit for bit there and in every reply of
     an 8-episode x 4-turn benchmark (README)."""
     return -(-length // ALIGN) * ALIGN
-
-
-def packing_groups(new_tokens: Sequence[int], max_padding: float = 0.25) -> list[list[int]]:
-    """Rows (indices into ``new_tokens``) grouped for packed forward passes: in order of their
-    token counts, a group grows while its padded width times its rows stays within
-    ``1 + max_padding`` times its real tokens."""
-    order = sorted(range(len(new_tokens)), key=lambda r: (new_tokens[r], r))
-    groups: list[list[int]] = []
-    for row in order:
-        if groups:
-            group = groups[-1]
-            real = sum(new_tokens[r] for r in group) + new_tokens[row]
-            if new_tokens[row] * (len(group) + 1) <= (1 + max_padding) * real:
-                group.append(row)
-                continue
-        groups.append([row])
-    return groups
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
 from agents.backends.cpu_kernels import load as load_decode_kernel
 from agents.backends.cpu_kernels import load_error as decode_kernel_error
+from agents.backends.cpu_kernels import prefill_kernel_error
 from agents.backends.hf_loading import (
     cpu_has_bf16,
     end_of_reply_ids,
@@ -118,7 +119,10 @@ class TransformersPolicy(PrefillMixin, Policy):
     prefill, a bfloat16/float16 model on CPU, prompts run in chunks of at most 256 tokens with
     attention as two batched matrix products per row, the batch's rows packed into shared
     forward passes, :mod:`agents.backends.prefill`; same rounding as ``decode_attention="bmm"``,
-    a row's prefill the same bit for bit alone or packed; the embedded agent's default),
+    a row's prefill the same bit for bit alone or packed; ``kernel``: the same chunks with the
+    compiled attention of :mod:`agents.backends.cpu_kernels` where the CPU has AMX tiles and
+    heads are 64 wide (float32 scores and sums; otherwise ``bmm``, and the run metadata's
+    ``prefill_kernel_error`` says why), the embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
     model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
     linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
@@ -185,14 +189,11 @@ class TransformersPolicy(PrefillMixin, Policy):
         if decode not in ("fast", "plain"):
             raise ValueError(f"decode must be fast or plain, got {decode!r}")
         self.plain_decode = decode == "plain"
-        if decode_attention not in ("bmm", "kernel", "sdpa"):
-            raise ValueError(
-                f"decode_attention must be sdpa, bmm or kernel, got {decode_attention!r}"
-            )
-        if prefill_attention not in ("bmm", "sdpa"):
-            raise ValueError(f"prefill_attention must be sdpa or bmm, got {prefill_attention!r}")
+        for name, value in (("decode", decode_attention), ("prefill", prefill_attention)):
+            if value not in ("bmm", "kernel", "sdpa"):
+                raise ValueError(f"{name}_attention must be sdpa, bmm or kernel, got {value!r}")
         switched = (
-            ("bmm" in (decode_attention, prefill_attention) or decode_attention == "kernel")
+            bool({decode_attention, prefill_attention} & {"bmm", "kernel"})
             and not self.plain_decode
             and install_attention(self.model)
         )
@@ -205,7 +206,12 @@ class TransformersPolicy(PrefillMixin, Policy):
             elif load_decode_kernel() is None:
                 self.kernel_error = decode_kernel_error()
             self.kernel_attention = self.kernel_error is None
-        self.bmm_prefill = switched and prefill_attention == "bmm" and writes_in_place()
+        self.bmm_prefill = switched and prefill_attention in ("bmm", "kernel") and writes_in_place()
+        self.kernel_prefill = False
+        self.prefill_kernel_error: str | None = None
+        if self.bmm_prefill and prefill_attention == "kernel":
+            self.prefill_kernel_error = prefill_kernel_error(self.model)
+            self.kernel_prefill = self.prefill_kernel_error is None
         self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
         if decode_weights not in ("model", "int4", "int4_torch"):
             raise ValueError(
@@ -554,7 +560,14 @@ class TransformersPolicy(PrefillMixin, Policy):
                 "kernel" if self.kernel_attention else "bmm" if self.bmm_attention else "sdpa"
             ),
             **({"decode_kernel_error": self.kernel_error} if self.kernel_error else {}),
-            "prefill_attention": "bmm" if self.bmm_prefill else "sdpa",
+            **(
+                {"prefill_kernel_error": self.prefill_kernel_error}
+                if self.prefill_kernel_error
+                else {}
+            ),
+            "prefill_attention": (
+                "kernel" if self.kernel_prefill else "bmm" if self.bmm_prefill else "sdpa"
+            ),
             "decode_weights": "int4" if self.int4_report else "model",
             **(
                 {

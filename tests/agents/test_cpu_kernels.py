@@ -1,6 +1,7 @@
 """The compiled decoding attention (agents/backends/cpu_kernels.py): close to a float32 pass, a
 row's output the same bits alone, batched, padded, split at a shared prefix or not, at any
-thread count; the backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
+thread count, on AMX tiles and on the vector path; the compiled prefill attention; the
+backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
 
 from __future__ import annotations
 
@@ -47,8 +48,19 @@ def _reference(query, keys, values, length, mask, prefix, scale):
     return torch.stack(out)[:, None]
 
 
+@pytest.fixture(params=["tiles", "vector"])
+def kernel_path(request):
+    """Each test on the AMX tile path (where this CPU has it) and on the vector path."""
+    assert cpu_kernels.load() is not None, cpu_kernels.load_error()
+    if request.param == "tiles" and not cpu_kernels.tiles_available():
+        pytest.skip("no AMX tiles here")
+    before = cpu_kernels.set_tiles(request.param == "tiles")
+    yield request.param
+    cpu_kernels.set_tiles(before)
+
+
 @pytest.mark.parametrize("dim,groups,prefix", [(64, 3, 40), (64, 3, 0), (32, 2, 17), (48, 1, 0)])
-def test_kernel_matches_a_float32_pass(dim, groups, prefix) -> None:
+def test_kernel_matches_a_float32_pass(dim, groups, prefix, kernel_path) -> None:
     assert cpu_kernels.load() is not None, cpu_kernels.load_error()
     query, keys, values, shared = _inputs(4, 2, groups, dim, 70, prefix)
     length = 61
@@ -65,7 +77,7 @@ def test_kernel_matches_a_float32_pass(dim, groups, prefix) -> None:
     assert (got.float() - want).abs().max() < 1e-2  # bfloat16 output rounding, no more
 
 
-def test_a_row_gets_the_same_bits_alone_batched_padded_or_split() -> None:
+def test_a_row_gets_the_same_bits_alone_batched_padded_or_split(kernel_path) -> None:
     query, keys, values, shared = _inputs(6, 3, 3, 64, 300, 90, seed=1)
     lengths = [260, 200, 140, 270, 50, 270]  # each row's own tokens, right-aligned at 280
     width = 280
@@ -97,6 +109,68 @@ def test_a_row_gets_the_same_bits_alone_batched_padded_or_split() -> None:
             query[row : row + 1], k, v, k.shape[2], None, None, 0.125
         )
         assert torch.equal(whole[0], batched[row]), row
+
+
+def test_tile_and_vector_paths_agree() -> None:
+    """The two paths round differently but both to about the bfloat16 output's rounding."""
+    if not cpu_kernels.tiles_available():
+        pytest.skip("no AMX tiles here")
+    query, keys, values, shared = _inputs(5, 3, 3, 64, 200, 77, seed=2)
+    mask = torch.ones((5, 180), dtype=torch.uint8)
+    mask[2, :50] = 0
+    tiles = cpu_kernels.decode_attention(query, keys, values, 180, mask, shared, 0.125)
+    before = cpu_kernels.set_tiles(False)
+    try:
+        vector = cpu_kernels.decode_attention(query, keys, values, 180, mask, shared, 0.125)
+    finally:
+        cpu_kernels.set_tiles(before)
+    want = _reference(query, keys, values, 180, mask, shared, 0.125)
+    assert (tiles.float() - vector.float()).abs().max() < 1e-2
+    tile_error = (tiles.float() - want).abs().mean()
+    assert tile_error <= 1.05 * (vector.float() - want).abs().mean()
+
+
+def _prefill_reference(query, keys, values, layout, scale):
+    groups = query.shape[1] // keys.shape[1]
+    out = torch.zeros(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+    for key_row, start, stop, new, row, end in layout:
+        k = keys[key_row, :, start:stop].float().repeat_interleave(groups, dim=0)
+        v = values[key_row, :, start:stop].float().repeat_interleave(groups, dim=0)
+        visible = torch.ones(new, stop - start, dtype=torch.bool).tril_(stop - start - new)
+        q = query[row, :, end - new : end].float()
+        attention = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=visible, scale=scale
+        )
+        out[row, end - new : end] = attention.transpose(0, 1)
+    return out
+
+
+def test_prefill_kernel_matches_float32_whatever_the_cut_or_company() -> None:
+    """Chunks end to end in one sequence (``prefill_rows``' 6-number entries): each within the
+    bfloat16 output's rounding of a float32 pass, and a query's result the same bits in a chunk
+    alone, with other chunks, or with its prompt cut elsewhere."""
+    if not cpu_kernels.tiles_available():
+        assert cpu_kernels.prefill_attention(*_inputs(1, 1, 1, 64, 8, 0)[:3], [], 0.1) is None
+        pytest.skip("no AMX tiles here")
+    g = torch.Generator().manual_seed(5)
+    keys = torch.randn((3, 2, 300, 64), generator=g).to(torch.bfloat16)
+    values = torch.randn((3, 2, 300, 64), generator=g).to(torch.bfloat16)
+    query = (torch.randn((1, 6, 70, 64), generator=g) * 2).to(torch.bfloat16)
+    layout = [(2, 8, 120, 17, 0, 17), (0, 3, 45, 2, 0, 19), (1, 0, 290, 51, 0, 70)]
+    got = cpu_kernels.prefill_attention(query, keys, values, layout, 0.125)
+    assert got.shape == (1, 70, 6, 64) and got.dtype == torch.bfloat16
+    want = _prefill_reference(query, keys, values, layout, 0.125)
+    assert (got.float() - want).abs().max() < 1e-2
+    alone = cpu_kernels.prefill_attention(query, keys, values, [layout[0]], 0.125)
+    assert torch.equal(alone[0, :17], got[0, :17]) and alone[0, 17:].abs().max() == 0
+    cut = [(1, 0, 250, 11, 0, 30), (1, 0, 290, 40, 0, 70)]  # the last chunk cut in two
+    assert torch.equal(
+        cpu_kernels.prefill_attention(query, keys, values, cut, 0.125)[0, 19:], got[0, 19:]
+    )
+    four = [(key_row, start, stop, new) for key_row, start, stop, new, _, _ in layout]
+    padded = query.expand(3, -1, -1, -1).contiguous()  # 4-number entries: row r, its last `new`
+    by_rows = cpu_kernels.prefill_attention(padded, keys, values, four, 0.125)
+    assert torch.equal(by_rows[2, 70 - 51 :], got[0, 19:])
 
 
 def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:

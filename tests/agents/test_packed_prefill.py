@@ -1,6 +1,6 @@
 """Short prefills on CPU in bfloat16 (``prefill_attention="bmm"``): each row's attention over its
-own positions with two bmm products (cpu_attention.prefill_rows), rows of similar lengths packed
-into one forward pass (prefill.packing_groups, kv_cache.packed_cache): log-probs close to a
+own positions with two bmm products (cpu_attention.prefill_rows), every row's next chunk end to
+end in one forward pass (prefill._packed_passes, kv_cache.packed_cache): log-probs close to a
 teacher-forced pass, a row's result the same bit for bit alone or packed, cached turns as fresh
 ones."""
 
@@ -12,7 +12,7 @@ import torch
 from agents.backends import cpu_attention, prefill
 from agents.backends.cpu_attention import _rows_attention
 from agents.backends.kv_cache import writes_in_place
-from agents.backends.prefill import aligned_width, packing_groups
+from agents.backends.prefill import aligned_width
 from agents.backends.transformers_backend import TransformersPolicy
 from agents.policy import SamplingParams
 
@@ -23,14 +23,23 @@ BMM = {"device": "cpu", "dtype": "bfloat16", "decode_attention": "bmm", "prefill
 needs_buffers = pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 caches")
 
 
-def test_packing_groups_bound_the_padding() -> None:
-    # in order of length: 22, 25, 29, 32 (4 x 32 = 128 <= 1.25 x 108), then 56 alone
-    # (5 x 56 > 1.25 x 164), then 114, 187, 199 (3 x 199 = 597 <= 1.25 x 500)
-    assert packing_groups([32, 114, 56, 25, 29, 22, 187, 199]) == [[5, 3, 4, 0], [2], [1, 6, 7]]
-    assert packing_groups([45, 45, 45]) == [[0, 1, 2]]
-    assert packing_groups([10, 100]) == [[0], [1]]
-    assert packing_groups([3, 3, 4], max_padding=0.0) == [[0, 1], [2]]
-    assert packing_groups([]) == []
+def test_chunks_end_to_end_in_one_sequence_get_the_padded_rows_bits() -> None:
+    """The same chunks as query rows of one sequence, end to end (``row``, ``end`` entries),
+    or as left-padded rows: each chunk's output is the same bits."""
+    torch.manual_seed(1)
+    kv_heads, groups, dim, length = 2, 3, 16, 30
+    keys = torch.randn(3, kv_heads, length, dim).bfloat16()
+    values = torch.randn(3, kv_heads, length, dim).bfloat16()
+    chunks = [(2, 8, 20, 5), (0, 3, 15, 2), (1, 0, 30, 7)]  # (key row, start, stop, new)
+    padded_query = torch.randn(3, kv_heads * groups, 7, dim).bfloat16()
+    padded = _rows_attention(padded_query, keys, values, chunks, dim**-0.5)
+    pieces = [padded_query[r, :, 7 - new :] for r, (*_, new) in enumerate(chunks)]
+    sequence = torch.cat(pieces, dim=1)[None]  # [1, heads, 14, dim]
+    ends = [5, 7, 14]
+    layout = [(*chunk, 0, end) for chunk, end in zip(chunks, ends, strict=True)]
+    joined = _rows_attention(sequence, keys, values, layout, dim**-0.5)
+    for r, ((*_, new), end) in enumerate(zip(chunks, ends, strict=True)):
+        assert torch.equal(joined[0, end - new : end], padded[r, 7 - new :]), r
 
 
 def test_rows_end_at_a_multiple_of_64_positions() -> None:
@@ -130,3 +139,45 @@ def test_prefill_attention_option(tiny_model_dir) -> None:
     only_prefill = TransformersPolicy(str(tiny_model_dir), **bf16, prefill_attention="bmm")
     meta = only_prefill.run_metadata()
     assert (meta["prefill_attention"], meta["decode_attention"]) == ("bmm", "sdpa")
+
+
+@pytest.fixture(scope="module")
+def wide_head_model_dir(tmp_path_factory):
+    """A tiny model with heads of 64, the compiled prefill kernel's size."""
+    from agents.tiny_model import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(hidden_size=128, num_attention_heads=6, num_key_value_heads=2, head_dim=64)
+    return build_tiny_model(tmp_path_factory.mktemp("wide-heads"), spec)
+
+
+@needs_buffers
+def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_dir) -> None:
+    from agents.backends import cpu_kernels
+
+    kernel = {**BMM, "prefill_attention": "kernel", "decode_attention": "kernel"}
+    policy = TransformersPolicy(str(wide_head_model_dir), **kernel)
+    meta = policy.run_metadata()
+    if not cpu_kernels.tiles_available():
+        assert meta["prefill_attention"] == "bmm" and "tiles" in meta["prefill_kernel_error"]
+        pytest.skip("no AMX tiles here: the option falls back to bmm")
+    assert meta["prefill_attention"] == "kernel" and "prefill_kernel_error" not in meta
+    got = policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=12, seed=3))
+    assert teacher_forced_diff(policy, CONVERSATIONS, got) < 0.05
+    batched = policy.generate(CONVERSATIONS, GREEDY)
+    for i, conversation in enumerate(CONVERSATIONS):
+        alone = policy.generate([conversation], GREEDY)[0]
+        assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
+    keys = [f"episode-{i}" for i in range(len(CONVERSATIONS))]
+    first = policy.generate(CONVERSATIONS, GREEDY, keys=keys)
+    turn_2 = [
+        [*c, {"role": "assistant", "content": o.text}, {"role": "user", "content": f"Got {i}"}]
+        for i, (c, o) in enumerate(zip(CONVERSATIONS, first, strict=True))
+    ]
+    cached = policy.generate(turn_2, GREEDY, keys=keys)
+    assert policy.cache_stats.reused_tokens > 0
+    policy.clear_cache()
+    for i, conversation in enumerate(turn_2):
+        alone = policy.generate([conversation], GREEDY)[0]
+        assert (alone.token_ids, alone.logprobs) == (cached[i].token_ids, cached[i].logprobs)
+    bmm = TransformersPolicy(str(wide_head_model_dir), **{**kernel, "prefill_attention": "bmm"})
+    assert logprob_gap(bmm.generate(CONVERSATIONS, GREEDY), batched) < 0.05
