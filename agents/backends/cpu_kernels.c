@@ -139,8 +139,36 @@ static void weigh_rows_64(float *acc, const uint16_t *const *vrows, int n, int g
 #define HAVE_ROWS_64 1
 #endif
 
+/* s[0..n) := softmax(s[0..n)) in float32 (max, exp, one running sum, one scaling), s[n..pad)
+ * := 0; no position: nothing */
+static inline void softmax_row(float *s, int n, int pad) {
+    float high = -3.4e38f;
+    for (int t = 0; t < n; t++) high = s[t] > high ? s[t] : high;
+    float sum = 0.0f;
+    for (int t = 0; t < n; t++) {
+        s[t] = expf(s[t] - high);
+        sum += s[t];
+    }
+    float inv = n ? 1.0f / sum : 0.0f;
+    for (int t = 0; t < n; t++) s[t] *= inv;
+    for (int t = n; t < pad; t++) s[t] = 0.0f;
+}
+
 static void *aligned(size_t bytes) {
     return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+/* this thread's scratch of at least `count` floats, kept between calls (the sampler's vocabulary's
+ * worth, prefill's probabilities: allocating them every call cost fresh mappings and page faults) */
+static float *thread_scratch(size_t count) {
+    static __thread float *buffer = NULL;
+    static __thread size_t capacity = 0;
+    if (count > capacity) {
+        free(buffer);
+        buffer = aligned(sizeof(float) * count);
+        capacity = buffer ? count : 0;
+    }
+    return buffer;
 }
 
 static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
@@ -185,18 +213,7 @@ static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
             for (int g = 0; g < groups; g++)
                 scores[(size_t)g * stride + t] = dot(qf + g * width, kf, dim) * scale;
         }
-    for (int g = 0; g < groups; g++) {
-        float *s = scores + (size_t)g * stride;
-        float high = -3.4e38f;
-        for (int t = 0; t < n; t++) high = s[t] > high ? s[t] : high;
-        float sum = 0.0f;
-        for (int t = 0; t < n; t++) {
-            s[t] = expf(s[t] - high);
-            sum += s[t];
-        }
-        float inv = n ? 1.0f / sum : 0.0f;
-        for (int t = 0; t < n; t++) s[t] *= inv;
-    }
+    for (int g = 0; g < groups; g++) softmax_row(scores + (size_t)g * stride, n, n);
     memset(acc, 0, sizeof(float) * (size_t)groups * width);
 #ifdef HAVE_ROWS_64
     if (dim == 64)
@@ -398,6 +415,21 @@ static inline void store_sums(float *c) {
     _tile_stored(3, c + 48, 256);
 }
 
+/* tiles 1 and 2 := key rows t0..t0+15 of the n consecutive rows at `keys` (zeros past n),
+ * the rows PREFETCH ahead prefetched */
+static void load_key_rows(const uint16_t *keys, int t0, int n, uint16_t *gathered) {
+    int m = n - t0 < 16 ? n - t0 : 16;
+    for (int t = t0 + PREFETCH; t < t0 + PREFETCH + 16 && t < n; t++) {
+        _mm_prefetch((const char *)(keys + (size_t)t * 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(keys + (size_t)t * 64 + 32), _MM_HINT_T0);
+    }
+    const uint16_t *krows[16];
+    for (int i = 0; i < m; i++) krows[i] = keys + (size_t)(t0 + i) * 64;
+    long stride;
+    const uint16_t *block = key_block(krows, m, gathered, &stride);
+    load_keys(block, stride);
+}
+
 /* decode_attention_bf16 for dim 64 on a CPU with AMX: scores in the tile unit, the shared
  * prefix's keys and values read once per key head for every row's queries. A score is the same
  * bits whichever queries share its tile, and each row's softmax and weighted sums are its own,
@@ -465,15 +497,7 @@ static int tile_attention(const uint16_t *q, const uint16_t *k, const uint16_t *
             const uint16_t *keys = pk + (size_t)h * prefix * dim;
             for (int blk = b0; blk < b0 + chunk && blk < blocks; blk++) {
                 int t0 = blk * 16, m = prefix - t0 < 16 ? prefix - t0 : 16;
-                for (int i = t0 + PREFETCH; i < t0 + PREFETCH + 16 && i < prefix; i++) {
-                    _mm_prefetch((const char *)(keys + (size_t)i * dim), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(keys + (size_t)i * dim + 32), _MM_HINT_T0);
-                }
-                const uint16_t *krows[16];
-                for (int i = 0; i < m; i++) krows[i] = keys + (size_t)(t0 + i) * dim;
-                long stride;
-                const uint16_t *block = key_block(krows, m, gathered, &stride);
-                load_keys(block, stride);
+                load_key_rows(keys, t0, prefix, gathered);
                 for (int nt = 0; nt < query_tiles; nt++) {
                     score_tile(qtiles + (size_t)(h * query_tiles + nt) * 512, c);
                     transpose16(c);
@@ -520,18 +544,7 @@ static int tile_attention(const uint16_t *q, const uint16_t *k, const uint16_t *
                                           (__mmask16)((1u << m) - 1),
                                           _mm512_mul_ps(_mm512_load_ps(c + 16 * g), factor));
             }
-            for (int g = 0; g < groups; g++) {
-                float *s = s0 + (size_t)g * stride;
-                float high = -3.4e38f;
-                for (int t = 0; t < total; t++) high = s[t] > high ? s[t] : high;
-                float sum = 0.0f;
-                for (int t = 0; t < total; t++) {
-                    s[t] = expf(s[t] - high);
-                    sum += s[t];
-                }
-                float inv = total ? 1.0f / sum : 0.0f;
-                for (int t = 0; t < total; t++) s[t] *= inv;
-            }
+            for (int g = 0; g < groups; g++) softmax_row(s0 + (size_t)g * stride, total, total);
             memset(acc + (size_t)item * groups * 64, 0, sizeof(float) * (size_t)groups * 64);
         }
 #pragma omp for schedule(static)
@@ -599,18 +612,6 @@ static int tile_attention(const uint16_t *q, const uint16_t *k, const uint16_t *
 #endif
 
 #ifdef HAVE_TILES
-/* this thread's probabilities scratch of at least `count` floats, kept between calls */
-static float *prefill_scratch(size_t count) {
-    static __thread float *buffer = NULL;
-    static __thread size_t capacity = 0;
-    if (count > capacity) {
-        free(buffer);
-        buffer = aligned(sizeof(float) * count);
-        capacity = buffer ? count : 0;
-    }
-    return buffer;
-}
-
 /* One unit of prefill attention: up to 16 query rows (token-major: row m is new token m / groups,
  * query head m % groups of key head h) of one chunk against its row's keys, causal among the
  * chunk's new tokens. */
@@ -637,35 +638,15 @@ static void prefill_unit(const uint16_t *q, const uint16_t *k, const uint16_t *v
     query_tile(queries, count, b);
     for (int t0 = 0; t0 < most; t0 += 16) { /* scores */
         int m = most - t0 < 16 ? most - t0 : 16;
-        for (int t = t0 + PREFETCH; t < t0 + PREFETCH + 16 && t < most; t++) {
-            _mm_prefetch((const char *)(keys + (size_t)t * dim), _MM_HINT_T0);
-            _mm_prefetch((const char *)(keys + (size_t)t * dim + 32), _MM_HINT_T0);
-        }
-        const uint16_t *krows[16];
-        for (int i = 0; i < m; i++) krows[i] = keys + (size_t)(t0 + i) * dim;
-        long kstride;
-        const uint16_t *block = key_block(krows, m, gathered, &kstride);
-        load_keys(block, kstride);
+        load_key_rows(keys, t0, most, gathered);
         score_tile(b, c);
         transpose16(c);
         for (int n = 0; n < count; n++)
             _mm512_mask_storeu_ps(probs + (size_t)n * stride + t0, (__mmask16)((1u << m) - 1),
                                   _mm512_mul_ps(_mm512_load_ps(c + 16 * n), factor));
     }
-    for (int n = 0; n < count; n++) { /* softmax over each query's visible positions */
-        float *s = probs + (size_t)n * stride;
-        int total = vis[n];
-        float high = -3.4e38f;
-        for (int t = 0; t < total; t++) high = s[t] > high ? s[t] : high;
-        float sum = 0.0f;
-        for (int t = 0; t < total; t++) {
-            s[t] = expf(s[t] - high);
-            sum += s[t];
-        }
-        float inv = 1.0f / sum;
-        for (int t = 0; t < total; t++) s[t] *= inv;
-        for (int t = total; t < stride; t++) s[t] = 0.0f;
-    }
+    for (int n = 0; n < count; n++) /* each query over its visible positions */
+        softmax_row(probs + (size_t)n * stride, vis[n], stride);
     const float *rows_p[16];
     for (int n = 0; n < 16; n++) rows_p[n] = n < count ? probs + (size_t)n * stride : NULL;
     _tile_zero(0);
@@ -743,7 +724,7 @@ int prefill_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t 
         float c[256] __attribute__((aligned(64))), sums[16 * 64] __attribute__((aligned(64)));
         uint16_t gathered[16 * 64] __attribute__((aligned(64)));
         uint16_t hi[16 * 32] __attribute__((aligned(64))), lo[16 * 32] __attribute__((aligned(64)));
-        float *probs = prefill_scratch((size_t)16 * ((longest + 31) / 32 * 32));
+        float *probs = thread_scratch((size_t)16 * ((longest + 31) / 32 * 32));
         if (!probs) failed++;
         tiles_on();
 #pragma omp for schedule(static)
@@ -1063,19 +1044,6 @@ static void sample_one(const float *l, int vocab, float inv_t, float draw, float
     while (chosen > 0 && weights[chosen] == 0.0f) chosen--; /* never a zero-weight token */
     *token = chosen;
     *logprob = l[chosen] - high - logf(unit);
-}
-
-/* this thread's scratch of at least `count` floats, kept between calls (a vocabulary's worth
- * per row: allocating it every step cost a fresh mapping and its page faults) */
-static float *thread_scratch(size_t count) {
-    static __thread float *buffer = NULL;
-    static __thread size_t capacity = 0;
-    if (count > capacity) {
-        free(buffer);
-        buffer = aligned(sizeof(float) * count);
-        capacity = buffer ? count : 0;
-    }
-    return buffer;
 }
 
 int sample_rows(const float *logits, int rows, int vocab, float inv_temperature,
