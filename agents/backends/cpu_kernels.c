@@ -706,6 +706,7 @@ int prefill_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t 
                            int kv_heads, int dim, int capacity, float scale, int threads) {
 #ifdef HAVE_TILES
     if (dim != 64 || heads % kv_heads || heads / kv_heads > 16 || !tiles_allowed()) return -1;
+    if (count <= 0) return 0; /* no chunk: nothing to compute */
     const int groups = heads / kv_heads;
     int first_scratch[65], *first = count < 64 ? first_scratch : malloc(sizeof(int) * (size_t)(count + 1));
     if (!first) return 1;

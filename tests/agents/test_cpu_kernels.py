@@ -167,6 +167,8 @@ def test_prefill_kernel_matches_float32_whatever_the_cut_or_company() -> None:
     assert torch.equal(
         cpu_kernels.prefill_attention(query, keys, values, cut, 0.125)[0, 19:], got[0, 19:]
     )
+    nothing = cpu_kernels.prefill_attention(query, keys, values, [], 0.125)
+    assert nothing.shape == got.shape and nothing.abs().max() == 0  # no chunk: zeros
     four = [(key_row, start, stop, new) for key_row, start, stop, new, _, _ in layout]
     padded = query.expand(3, -1, -1, -1).contiguous()  # 4-number entries: row r, its last `new`
     by_rows = cpu_kernels.prefill_attention(padded, keys, values, four, 0.125)
