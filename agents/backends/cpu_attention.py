@@ -275,22 +275,22 @@ def _rows_attention(
     row's own positions only (so a row's result does not depend on the batch's other rows)."""
     import torch
 
+    batch, heads, q_length, dim = query.shape
+    if any(len(entry) == 4 for entry in rows) and len(rows) != batch:
+        raise RuntimeError(f"a packed prefill of {len(rows)} rows got a batch of {batch}")
+    # 4-number entries are query row `index`'s last `new` positions
+    chunks = [entry if len(entry) == 6 else (*entry, i, q_length) for i, entry in enumerate(rows)]
     if _ROWS_KERNEL[0] and query.dtype == torch.bfloat16:
         from agents.backends.cpu_kernels import prefill_attention
 
         if key.is_contiguous() and value.is_contiguous():  # packed passes' whole buffers
-            out = prefill_attention(query, key, value, rows, scale)
+            out = prefill_attention(query, key, value, chunks, scale)
             if out is not None:
                 return out
-    batch, heads, q_length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
-    if any(len(entry) == 4 for entry in rows) and len(rows) != batch:
-        raise RuntimeError(f"a packed prefill of {len(rows)} rows got a batch of {batch}")
     out = query.new_zeros((batch, q_length, heads, dim))
-    for index, entry in enumerate(rows):
-        key_row, start, stop, new = entry[:4]
-        row, end = (entry[4], entry[5]) if len(entry) == 6 else (index, q_length)
+    for key_row, start, stop, new, row, end in chunks:
         span = stop - start
         keys = key[key_row, :, start:stop].contiguous()  # [kv_heads, span, dim]
         values = value[key_row, :, start:stop].contiguous()

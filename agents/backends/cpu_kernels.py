@@ -279,9 +279,10 @@ def prefill_kernel_error(model: Any) -> str | None:
 def prefill_attention(
     query: Any, keys: Any, values: Any, layout: Sequence[Sequence[int]], scale: float
 ) -> Any | None:
-    """``[batch, q_len, heads, dim]`` attention of prefill chunks (the layout of
-    :func:`agents.backends.cpu_attention.prefill_rows`, entries of 4 or 6 numbers), or None
-    where the kernel does not apply (no AMX tiles, a head size other than 64).
+    """``[batch, q_len, heads, dim]`` attention of prefill chunks, or None where the kernel
+    does not apply (no AMX tiles, a head size other than 64). ``layout``: (key row, start, stop,
+    new, query row, end) per chunk, the 6-number entries of
+    :func:`agents.backends.cpu_attention.prefill_rows`.
 
     ``query``: ``[batch, heads, q_len, dim]``; ``keys``/``values``: contiguous
     ``[rows, kv_heads, capacity, dim]`` buffers; everything bfloat16 on CPU. Positions of the
@@ -292,10 +293,7 @@ def prefill_attention(
         return None
     batch, heads, q_len, dim = query.shape
     kv_heads, capacity = keys.shape[1], keys.shape[2]
-    chunks = [
-        (*entry, index, q_len) if len(entry) == 4 else tuple(entry)
-        for index, entry in enumerate(layout)
-    ]
+    chunks = [tuple(entry) for entry in layout]
     table = torch.tensor(chunks, dtype=torch.int32).contiguous()
     q = query.transpose(1, 2).contiguous()
     out = torch.zeros((batch, q_len, heads, dim), dtype=query.dtype)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from agents.backends import cpu_kernels
+from agents.backends import cpu_attention, cpu_kernels
 from agents.backends.transformers_backend import TransformersPolicy
 from agents.policy import SamplingParams
 
@@ -171,7 +171,8 @@ def test_prefill_kernel_matches_float32_whatever_the_cut_or_company() -> None:
     assert nothing.shape == got.shape and nothing.abs().max() == 0  # no chunk: zeros
     four = [(key_row, start, stop, new) for key_row, start, stop, new, _, _ in layout]
     padded = query.expand(3, -1, -1, -1).contiguous()  # 4-number entries: row r, its last `new`
-    by_rows = cpu_kernels.prefill_attention(padded, keys, values, four, 0.125)
+    with cpu_attention.prefill_rows(four, kernel=True):  # the backend's way in
+        by_rows = cpu_attention._rows_attention(padded, keys, values, four, 0.125)
     assert torch.equal(by_rows[2, 70 - 51 :], got[0, 19:])
 
 
