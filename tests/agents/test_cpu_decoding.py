@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from agents.backends import cpu_int4
+from agents.backends.cpu_kernels import int_dot_path
 from agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_in_place
 from agents.backends.transformers_backend import TransformersPolicy
 from agents.policy import SamplingParams
@@ -25,11 +26,24 @@ BF16 = {"device": "cpu", "dtype": "bfloat16"}
 def q4_model_dir(tmp_path_factory):
     """The tiny model with every decoder linear weight on a Q4_1 grid (as the embedded model's
     are), saved in float32."""
+    return _q4_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def q4_wide_model_dir(tmp_path_factory):
+    """:func:`q4_model_dir` with heads of 64, so every decoder layer's output count is a
+    multiple of 64 (as the embedded model's are)."""
+    from agents.tiny_model import TinyModelSpec
+
+    return _q4_model(tmp_path_factory, TinyModelSpec(head_dim=64))
+
+
+def _q4_model(tmp_path_factory, spec=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agents.tiny_model import build_tiny_model
 
-    source = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    source = build_tiny_model(tmp_path_factory.mktemp("tiny"), spec)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     with torch.no_grad():
         for name, module in model.named_modules():
@@ -158,13 +172,53 @@ def test_policies_sharing_a_model_keep_their_own_decoding(q4_model_dir) -> None:
     assert fast.cascade_rows == 2 * len(CONVERSATIONS)
 
 
-def test_int4_applies_to_bfloat16_cpu_models_only(tiny_model_dir) -> None:
+def test_int4_applies_to_float32_models_only_with_integer_dot_products(tiny_model_dir) -> None:
     fp32 = TransformersPolicy(
         str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4"
     )
-    assert fp32.run_metadata()["decode_weights"] == "model"  # float32 kernel: far slower
+    meta = fp32.run_metadata()
+    if int_dot_path() == "none":  # the kernel's plain float32 sums: slower than linear
+        assert meta["decode_weights"] == "model"
+    else:
+        assert (meta["decode_weights"], meta["int4_kernel"]) == ("int4", "compiled")
+        assert meta["int4_dot_products"] == int_dot_path()
+    torch_kernel = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4_torch"
+    )
+    assert torch_kernel.run_metadata()["decode_weights"] == "model"
     with pytest.raises(ValueError, match="decode_weights"):
         TransformersPolicy(str(tiny_model_dir), device="cpu", decode_weights="int8")
+
+
+@pytest.mark.skipif(int_dot_path() == "none", reason="no AVX2 or AVX-512 VNNI here")
+@pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")
+def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
+    q4_wide_model_dir,
+) -> None:
+    """On a CPU without native bfloat16 the embedded options give a float32 model: its decoding
+    steps take the 4-bit copies too (float32 rows in and out), in lean steps with the compiled
+    float32 attention and the cascade (prefill: the two-bmm attention; the prefill kernel is
+    bfloat16's), close to the float32 pass, and a row's reply is the same bits alone or
+    batched."""
+    from agents.embedded import EMBEDDED_OPTIONS
+
+    fp32 = {"device": "cpu", "dtype": "float32"}
+    plain = TransformersPolicy(str(q4_wide_model_dir), **fp32)
+    int4 = TransformersPolicy(str(q4_wide_model_dir), **{**EMBEDDED_OPTIONS, **fp32})
+    meta = int4.run_metadata()
+    assert meta["decode_weights"] == "int4" and meta["int4_max_relative_error"] < 1e-6
+    assert (meta["int4_kernel"], meta["lm_head"], meta["decode_step"]) == (
+        "compiled",
+        "int8",
+        "lean",
+    )
+    assert (meta["decode_attention"], meta["prefill_attention"]) == ("kernel", "bmm")
+    assert meta["cascade"] and "bfloat16" in meta["prefill_kernel_error"]
+    batched = int4.generate(CONVERSATIONS, GREEDY)
+    assert teacher_forced_diff(plain, CONVERSATIONS, batched) < 0.05
+    for i, conversation in enumerate(CONVERSATIONS):
+        alone = int4.generate([conversation], GREEDY)[0]
+        assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
 
 
 @pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")

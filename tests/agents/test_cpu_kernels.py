@@ -6,6 +6,7 @@ backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,6 +112,38 @@ def test_a_row_gets_the_same_bits_alone_batched_padded_or_split(kernel_path) -> 
         assert torch.equal(whole[0], batched[row]), row
 
 
+@pytest.mark.parametrize("dim,groups,prefix", [(64, 3, 40), (32, 2, 0), (48, 1, 17)])
+def test_float32_kernel_matches_a_float32_pass_and_gives_a_row_the_same_bits(
+    dim, groups, prefix
+) -> None:
+    """A float32 model's steps (a CPU without native bfloat16): float32 in and out, within
+    float32 rounding of the reference, and a row's result the same alone or batched."""
+    assert cpu_kernels.load() is not None, cpu_kernels.load_error()
+    inputs = _inputs(4, 2, groups, dim, 70, prefix, seed=3)
+    query, keys, values = (t.float() for t in inputs[:3])
+    shared = tuple(t.float() for t in inputs[3]) if prefix else None
+    length = 61
+    mask = torch.ones((4, length), dtype=torch.uint8)
+    mask[1, :20] = 0
+    mask[2, 5:9] = 0
+    got = cpu_kernels.decode_attention(query, keys, values, length, mask, shared, dim**-0.5)
+    want = _reference(query, keys, values, length, mask, shared, dim**-0.5)
+    assert got.dtype == torch.float32 and (got - want).abs().max() < 1e-5
+    for row in range(4):
+        visible = mask[row].bool()
+        n = int(visible.sum())
+        k = torch.zeros((1, 2, n + 9, dim))
+        v = torch.zeros_like(k)
+        k[0, :, 3 : 3 + n] = keys[row, :, :length][:, visible]
+        v[0, :, 3 : 3 + n] = values[row, :, :length][:, visible]
+        alone_mask = torch.zeros((1, n + 3), dtype=torch.uint8)
+        alone_mask[0, 3:] = 1
+        alone = cpu_kernels.decode_attention(
+            query[row : row + 1], k, v, n + 3, alone_mask, shared, dim**-0.5
+        )
+        assert torch.equal(alone[0], got[row]), row
+
+
 def test_tile_and_vector_paths_agree() -> None:
     """The two paths round differently but both to about the bfloat16 output's rounding."""
     if not cpu_kernels.tiles_available():
@@ -196,9 +229,11 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
     assert no_cascade.generate(CONVERSATIONS, greedy) == batched  # the split changes nothing
     bmm = TransformersPolicy(str(tiny_model_dir), **bf16, decode_attention="bmm")
     assert logprob_gap(bmm.generate(CONVERSATIONS, greedy), batched) < 0.05
-    fp32 = TransformersPolicy(str(tiny_model_dir), device="cpu", decode_attention="kernel")
-    meta = fp32.run_metadata()
-    assert meta["decode_attention"] == "sdpa"  # only bfloat16/float16 models switch
+    fp16 = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", dtype="float16", decode_attention="kernel"
+    )
+    meta = fp16.run_metadata()  # the kernel is bfloat16's and float32's: float16 takes bmm
+    assert meta["decode_attention"] == "bmm" and "float32" in meta["decode_kernel_error"]
 
 
 def test_without_a_compiler_the_backend_keeps_the_bmm_path(
@@ -227,12 +262,15 @@ def _int4_case(n, k, seed=0):
     return cpu_kernels.pack_int4(q, scales_zeros), weight
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n,k", [(128, 64), (64, 96), (960, 576)])
-def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k) -> None:
+def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k, dtype) -> None:
+    """bfloat16 rows give bfloat16 sums, float32 rows (a float32 model's) float32 ones."""
     assert cpu_kernels.load() is not None, cpu_kernels.load_error()
     (packed, scales), weight = _int4_case(n, k)
-    x = torch.randn((16, k), generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    x = torch.randn((16, k), generator=torch.Generator().manual_seed(1)).to(dtype)
     got = cpu_kernels.int4_linear(x, packed, scales, n)
+    assert got.dtype == dtype
     want = x.float() @ weight.T
     assert (got.float() - want).abs().max() <= 0.01 * want.abs().max() + 1e-3
     threads = torch.get_num_threads()
@@ -258,12 +296,26 @@ def test_int8_product_matches_float32_and_gives_a_row_the_same_bits() -> None:
     q, scales, error = quantize_q8(weight)
     assert error == 0.0
     x = torch.randn((9, 96), generator=g).to(torch.bfloat16)
-    got = cpu_kernels.int8_linear(x, *cpu_kernels.pack_int8(q, scales), 192)
+    packed = cpu_kernels.pack_int8(q, scales)
+    got = cpu_kernels.int8_linear(x, *packed, 192)
     want = x.float() @ weight.T
     assert (got.float() - want).abs().max() <= 0.01 * want.abs().max() + 1e-3
     for rows in (1, 4):
-        part = cpu_kernels.int8_linear(x[2 : 2 + rows], *cpu_kernels.pack_int8(q, scales), 192)
+        part = cpu_kernels.int8_linear(x[2 : 2 + rows], *packed, 192)
         assert torch.equal(part, got[2 : 2 + rows])
+    # float32 rows (a float32 model's LM head): float32 sums; the same rows as bfloat16 in
+    # float32 give the same integer parts, so the unrounded sums of the bfloat16 call
+    logits = cpu_kernels.int8_linear(x, *packed, 192, float32=True)
+    rows32 = cpu_kernels.int8_linear(x.float(), *packed, 192)
+    assert rows32.dtype == torch.float32 and torch.equal(rows32, logits)
+    assert (rows32 - want).abs().max() <= 0.01 * want.abs().max() + 1e-3
+    assert torch.equal(cpu_kernels.int8_linear(x.float()[3:4], *packed, 192)[0], rows32[3])
+
+
+def test_int_dot_path_names_what_this_cpu_uses() -> None:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    want = "vnni" if "avx512_vnni" in flags else "avx2" if " avx2" in flags else "none"
+    assert cpu_kernels.int_dot_path() == want
 
 
 def test_int4_product_refuses_shapes_it_does_not_take() -> None:

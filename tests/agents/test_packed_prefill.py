@@ -135,7 +135,7 @@ def test_prefill_attention_option(tiny_model_dir) -> None:
     plain = TransformersPolicy(str(tiny_model_dir), **BMM, decode="plain")
     assert plain.run_metadata()["prefill_attention"] == "sdpa"
     fp32 = TransformersPolicy(str(tiny_model_dir), **{**BMM, "dtype": "float32"})
-    assert fp32.run_metadata()["prefill_attention"] == "sdpa"  # only bfloat16/float16 switch
+    assert fp32.run_metadata()["prefill_attention"] == "bmm"  # float32 too (the AVX2 case)
     only_prefill = TransformersPolicy(str(tiny_model_dir), **bf16, prefill_attention="bmm")
     meta = only_prefill.run_metadata()
     assert (meta["prefill_attention"], meta["decode_attention"]) == ("bmm", "sdpa")

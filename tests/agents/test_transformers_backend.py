@@ -328,7 +328,7 @@ def test_decode_attention_option(tiny_model_dir) -> None:
     fp32 = TransformersPolicy(
         str(tiny_model_dir), device="cpu", dtype="float32", decode_attention="bmm"
     )
-    assert fp32.run_metadata()["decode_attention"] == "sdpa"  # only bfloat16/float16 switch
+    assert fp32.run_metadata()["decode_attention"] == "bmm"  # float32 too (the AVX2 case)
 
 
 def test_bmm_attention_reads_whole_buffers_only_from_their_start() -> None:
