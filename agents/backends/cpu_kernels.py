@@ -40,6 +40,8 @@ and the same with or without the cascade's split (the prefix's positions are the
 The tile path keeps these: a score's bits do not depend on the other keys or queries in its
 tile, and a row's weighted sums run over its visible positions in blocks of 32 counted from its
 first, the prefix's whole blocks shared, the block straddling the prefix's end the row's own.
+A float32 model's steps take a float32 twin (``decode_attention_f32``: the same positions in
+the same order, float32 keys, values and output, the compiler's vector loops).
 
 The 4-bit product (:func:`int4_linear`, :func:`pack_int4`; used by
 :mod:`agents.backends.cpu_int4` for calls of at most :data:`INT4_ROWS` rows): torch's CPU kernel
@@ -53,9 +55,11 @@ weights' ``q`` are exact integer sums, and the group's float32 scale and minimum
 low``, the GGUF's Q4_1 values kept in float32, not rounded to bfloat16) come in once per group.
 Measured in one process there (two threads, 30 layers' weights so they come from memory): 57
 against 82 us for one row of that projection, 119 against 225 for eight; 13 against 23 us and 32
-against 39 for the 576 x 576 output projection. Without VNNI it computes plain float32 sums.
-Either way each row's sums are its own and in a fixed order: a row's bits do not depend on the
-call's other rows or the thread count (the tests check it).
+against 39 for the 576 x 576 output projection. Without VNNI but with AVX2 the same integer
+sums come from ``vpmaddubsw``/``vpmaddwd`` (:func:`int_dot_path`); rows may be float32 (a
+float32 model's, on a CPU without native bfloat16), the sums then returned in float32. Without
+either it computes plain float32 sums. Each row's sums are its own and in a fixed order: a
+row's bits do not depend on the call's other rows or the thread count (the tests check it).
 
 Build: on first use :func:`load` compiles ``cpu_kernels.c`` with the system C compiler
 (``$CC``, else ``gcc`` or ``cc``; ``-O3 -march=native -ffast-math -fopenmp``, about a second)
