@@ -38,16 +38,16 @@ do not depend on the other rows of the batch, bit for bit (the tests check it).
 
 With ``bmm_decoding(kernel=True)`` (``decode_attention="kernel"``) the one-token steps run the
 compiled kernel of :mod:`agents.backends.cpu_kernels` instead of the two products, where it
-applies (bfloat16, a boolean or no mask); everything else here stays as it is.
+applies (bfloat16 or float32, a boolean or no mask); everything else here stays as it is.
 
 :func:`install` registers the function with transformers' attention interface under
 :data:`NAME` (calls with more than one query token outside :func:`prefill_rows`, gradients, a
 position bias or softcapping go to transformers' own SDPA function unchanged) and switches a
 model using ``sdpa`` to it, in bfloat16, float16 or float32. A float32 model is the embedded
 agent's on a CPU without native bfloat16 (AVX2 only): there the same steps, without rounding
-(the scores are float32 already), keep its rows independent of the batch, which SDPA's float32
-kernel over padded rows did not (3% of the benchmark's replies the same alone and batched on
-the AVX2 machine of December 2026; the shared prefix's products are then one per row,
+(the scores are float32 already), keep its rows independent of the batch, which its SDPA path
+did not (3% of the benchmark's replies the same alone and batched on the AVX2 machine of
+December 2026, 100% on this path; the shared prefix's products are then one per row,
 :func:`_rows_product`).
 """
 

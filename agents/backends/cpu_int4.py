@@ -357,12 +357,19 @@ def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, A
 
     from agents.backends import cpu_kernels
 
-    n, k = q.shape
-    if compiled and n % 64 == 0 and k % GROUP_SIZE == 0 and cpu_kernels.load() is not None:
+    if _compiled_layout(*q.shape, compiled):
         packed, scales = cpu_kernels.pack_int4(q, scales_zeros)
         return packed, scales, True
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
     return packed, scales_zeros.to(dtype), False
+
+
+def _compiled_layout(n: int, k: int, compiled: bool) -> bool:
+    """Whether an ``n x k`` 4-bit copy takes the compiled kernel's layout (asked for, the
+    kernel loads, whole 64-column blocks and 32-wide groups)."""
+    from agents.backends import cpu_kernels
+
+    return compiled and n % 64 == 0 and k % GROUP_SIZE == 0 and cpu_kernels.load() is not None
 
 
 def install(
@@ -386,9 +393,8 @@ def install(
     kinds: set[bool] = set()
     quantized: dict[str, tuple[Any, Any]] = {}
     for name, module in _decoder_linears(model):
-        if module.weight.dtype == torch.float32 and not (
-            compiled and module.out_features % 64 == 0
-        ):
+        takes = _compiled_layout(module.out_features, module.in_features, compiled)
+        if module.weight.dtype == torch.float32 and not takes:
             continue  # a float32 layer the compiled kernel cannot take keeps its own weight
         weight = (source or {}).get(f"{name}.weight", module.weight)
         q, scales_zeros, error = quantize_groups(weight)

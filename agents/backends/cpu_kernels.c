@@ -171,6 +171,28 @@ static float *thread_scratch(size_t count) {
     return buffer;
 }
 
+/* krows[0..n), vrows[0..n) := the prefix's rows, then the row's own visible ones (mask NULL: all
+ * `length`), in order; returns n. One body for the bfloat16 and the float32 kernel. */
+#define VISIBLE_ROWS(name, type)                                                                \
+    static int name(const type *pk, const type *pv, int prefix, const type *k, const type *v, \
+                    const uint8_t *mask, int length, int dim, const type **krows,            \
+                    const type **vrows) {                                                    \
+        int n = 0;                                                                           \
+        for (int j = 0; j < prefix; j++, n++) {                                              \
+            krows[n] = pk + (size_t)j * dim;                                                 \
+            vrows[n] = pv + (size_t)j * dim;                                                 \
+        }                                                                                    \
+        for (int j = 0; j < length; j++) {                                                   \
+            if (mask && !mask[j]) continue;                                                  \
+            krows[n] = k + (size_t)j * dim;                                                  \
+            vrows[n] = v + (size_t)j * dim;                                                  \
+            n++;                                                                             \
+        }                                                                                    \
+        return n;                                                                            \
+    }
+VISIBLE_ROWS(visible_rows_bf16, uint16_t)
+VISIBLE_ROWS(visible_rows_f32, float)
+
 static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                     const uint8_t *mask, const uint16_t *pk, const uint16_t *pv, int prefix,
                     uint16_t *out, int groups, int dim, int length, float scale) {
@@ -191,17 +213,7 @@ static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
     float *acc = qf + (size_t)groups * width;
     for (int g = 0; g < groups; g++)
         for (int i = 0; i < dim; i++) qf[g * width + i] = bf16_to_float(q[g * dim + i]);
-    int n = 0;
-    for (int j = 0; j < prefix; j++, n++) {
-        krows[n] = pk + (size_t)j * dim;
-        vrows[n] = pv + (size_t)j * dim;
-    }
-    for (int j = 0; j < length; j++) {
-        if (mask && !mask[j]) continue;
-        krows[n] = k + (size_t)j * dim;
-        vrows[n] = v + (size_t)j * dim;
-        n++;
-    }
+    const int n = visible_rows_bf16(pk, pv, prefix, k, v, mask, length, dim, krows, vrows);
 #ifdef HAVE_ROWS_64
     if (dim == 64)
         score_rows_64(q, qf, krows, n, groups, scores, stride, scale);
@@ -792,26 +804,16 @@ static int one_item_f32(const float *q, const float *k, const float *v, const ui
     int stride = (total + 15) / 16 * 16, width = (dim + 15) / 16 * 16;
     float *qf = aligned(sizeof(float) * (size_t)groups * width * 2 + 64 * sizeof(float));
     float *scores = aligned(sizeof(float) * (size_t)groups * (stride > 0 ? stride : 16));
-    const float **rows = malloc(sizeof(*rows) * 2 * (size_t)(total > 0 ? total : 1));
-    if (!qf || !scores || !rows || dim > MAX_DIM) {
-        free(qf); free(scores); free(rows);
+    const float **krows = malloc(sizeof(*krows) * (size_t)(total > 0 ? total : 1));
+    const float **vrows = malloc(sizeof(*vrows) * (size_t)(total > 0 ? total : 1));
+    if (!qf || !scores || !krows || !vrows || dim > MAX_DIM) {
+        free(qf); free(scores); free(krows); free(vrows);
         return 1;
     }
-    const float **krows = rows, **vrows = rows + (total > 0 ? total : 1);
     float *acc = qf + (size_t)groups * width;
     memset(qf, 0, sizeof(float) * (size_t)groups * width);
     for (int g = 0; g < groups; g++) memcpy(qf + g * width, q + g * dim, sizeof(float) * dim);
-    int n = 0;
-    for (int j = 0; j < prefix; j++, n++) {
-        krows[n] = pk + (size_t)j * dim;
-        vrows[n] = pv + (size_t)j * dim;
-    }
-    for (int j = 0; j < length; j++) {
-        if (mask && !mask[j]) continue;
-        krows[n] = k + (size_t)j * dim;
-        vrows[n] = v + (size_t)j * dim;
-        n++;
-    }
+    const int n = visible_rows_f32(pk, pv, prefix, k, v, mask, length, dim, krows, vrows);
     float kf[MAX_DIM] __attribute__((aligned(64)));
     memset(kf, 0, sizeof(kf));
     for (int t = 0; t < n; t++) {
@@ -830,7 +832,7 @@ static int one_item_f32(const float *q, const float *k, const float *v, const ui
         }
     }
     for (int g = 0; g < groups; g++) memcpy(out + g * dim, acc + g * width, sizeof(float) * dim);
-    free(qf); free(scores); free(rows);
+    free(qf); free(scores); free(krows); free(vrows);
     return 0;
 }
 

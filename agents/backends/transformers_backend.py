@@ -121,15 +121,15 @@ class TransformersPolicy(PrefillMixin, Policy):
     256 tokens with attention as two batched matrix products per row, the batch's rows packed
     into shared forward passes, :mod:`agents.backends.prefill`; same rounding as
     ``decode_attention="bmm"``, a row's prefill the same bit for bit alone or packed;
-    ``kernel``: the same chunks with the
-    compiled attention of :mod:`agents.backends.cpu_kernels` where the CPU has AMX tiles and
-    heads are 64 wide (float32 scores and sums; otherwise ``bmm``, and the run metadata's
+    ``kernel``: the same chunks with the compiled attention of
+    :mod:`agents.backends.cpu_kernels` where the CPU has AMX tiles and heads are 64 wide
+    (float32 scores and sums; otherwise ``bmm``, and the run metadata's
     ``prefill_kernel_error`` says why), the embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
     model on CPU, or a float32 one where the compiled kernel has integer dot products (AVX2 or
     AVX-512 VNNI; float32 rows in and out, ``run.json``'s ``int4_dot_products`` says which),
-    one-token decoding steps multiply by a 4-bit groupwise copy of each decoder
-    linear weight, a quarter of the bytes, while prefill keeps the model's weights; exact for a
+    one-token decoding steps multiply by a 4-bit groupwise copy of each decoder linear weight,
+    a quarter of the bytes, while prefill keeps the model's weights; exact for a
     Q4_1 model such as the embedded one, lossy for others, :mod:`agents.backends.cpu_int4`; the
     products run in the compiled kernel of :mod:`agents.backends.cpu_kernels` where it builds,
     else in torch's, and the run metadata's ``int4_kernel`` says which; ``int4_torch``: always
