@@ -218,7 +218,7 @@ def _kernel_step(
     from agents.backends import cpu_kernels
 
     batch, length = key.shape[0], key.shape[2]
-    if query.dtype not in (torch.bfloat16, torch.float32) or key.dtype != query.dtype:
+    if not cpu_kernels.takes_dtype(query.dtype) or key.dtype != query.dtype:
         return None
     if query.shape[-1] > cpu_kernels.MAX_DIM or cpu_kernels.load() is None:
         return None

@@ -150,11 +150,7 @@ class LeanDecoder:
         kernel, prefixes = kernel_step_prefixes()
         # the compiled kernel called directly, its mask converted once per step: the inputs
         # decode_attention would give it (its own checks and conversions ran once per layer)
-        kernel = (
-            kernel
-            and hidden.dtype in (torch.bfloat16, torch.float32)
-            and dim <= cpu_kernels.MAX_DIM
-        )
+        kernel = kernel and cpu_kernels.takes_dtype(hidden.dtype) and dim <= cpu_kernels.MAX_DIM
         if kernel and mask is not None:
             mask_bytes = attention_mask.to(torch.uint8).contiguous()
         width = hidden.shape[-1]

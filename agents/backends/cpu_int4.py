@@ -334,16 +334,16 @@ def _install_head(model: Any, source: Mapping[str, Any], max_rows: int) -> float
 def _head_forward(self: Any, x: Any) -> Any:
     import torch
 
+    from agents.backends.cpu_kernels import int8_linear, takes_dtype
+
     rows = x.numel() // self.in_features
     if (
         _DECODING[0]
         and rows <= self.int8_max_rows
-        and x.dtype in (torch.bfloat16, torch.float32)
+        and takes_dtype(x.dtype)
         and x.device.type == "cpu"
         and not torch.is_grad_enabled()
     ):
-        from agents.backends.cpu_kernels import int8_linear
-
         flat = x.reshape(rows, self.in_features)
         out = int8_linear(flat, self.int8_weight, self.int8_scales, self.out_features, float32=True)
         out = out.view(*x.shape[:-1], self.out_features)

@@ -193,6 +193,33 @@ static float *thread_scratch(size_t count) {
 VISIBLE_ROWS(visible_rows_bf16, uint16_t)
 VISIBLE_ROWS(visible_rows_f32, float)
 
+/* One item's scratch, allocated per call: the query in float32 and the weighted sums (`qf`,
+ * `acc`: [groups][width] each), the scores ([groups][stride]) and the visible key and value
+ * rows' addresses (`krows`, `vrows`: `total` pointers, typed by the caller). 0 on success;
+ * on failure nothing is left allocated. */
+typedef struct {
+    float *qf, *acc, *scores;
+    void *krows, *vrows;
+    int stride, width;
+} item_scratch;
+
+static int item_scratch_alloc(item_scratch *s, int groups, int dim, int total) {
+    s->stride = (total + 15) / 16 * 16;
+    s->width = (dim + 15) / 16 * 16;
+    s->qf = aligned(sizeof(float) * (size_t)groups * s->width * 2 + 64 * sizeof(float));
+    s->scores = aligned(sizeof(float) * (size_t)groups * (s->stride > 0 ? s->stride : 16));
+    s->krows = malloc(sizeof(void *) * (size_t)(total > 0 ? total : 1));
+    s->vrows = malloc(sizeof(void *) * (size_t)(total > 0 ? total : 1));
+    s->acc = s->qf ? s->qf + (size_t)groups * s->width : NULL;
+    if (s->qf && s->scores && s->krows && s->vrows && dim <= MAX_DIM) return 0;
+    free(s->qf); free(s->scores); free(s->krows); free(s->vrows);
+    return 1;
+}
+
+static void item_scratch_free(item_scratch *s) {
+    free(s->qf); free(s->scores); free(s->krows); free(s->vrows);
+}
+
 static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                     const uint8_t *mask, const uint16_t *pk, const uint16_t *pv, int prefix,
                     uint16_t *out, int groups, int dim, int length, float scale) {
@@ -200,17 +227,11 @@ static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
      * NULL; pk, pv: [prefix][dim] or NULL. Every float array starts 64-byte aligned and every
      * per-group row at a multiple of 16 floats, so the compiler's vectorised loops split their
      * work the same way whatever the addresses: the bits depend on the visible positions only. */
-    int total = prefix + length;
-    int stride = (total + 15) / 16 * 16, width = (dim + 15) / 16 * 16;
-    float *qf = aligned(sizeof(float) * (size_t)groups * width * 2 + 64 * sizeof(float));
-    float *scores = aligned(sizeof(float) * (size_t)groups * (stride > 0 ? stride : 16));
-    const uint16_t **krows = malloc(sizeof(*krows) * (size_t)(total > 0 ? total : 1));
-    const uint16_t **vrows = malloc(sizeof(*vrows) * (size_t)(total > 0 ? total : 1));
-    if (!qf || !scores || !krows || !vrows || dim > MAX_DIM) {
-        free(qf); free(scores); free(krows); free(vrows);
-        return 1;
-    }
-    float *acc = qf + (size_t)groups * width;
+    item_scratch s;
+    if (item_scratch_alloc(&s, groups, dim, prefix + length)) return 1;
+    const int stride = s.stride, width = s.width;
+    float *qf = s.qf, *scores = s.scores, *acc = s.acc;
+    const uint16_t **krows = s.krows, **vrows = s.vrows;
     for (int g = 0; g < groups; g++)
         for (int i = 0; i < dim; i++) qf[g * width + i] = bf16_to_float(q[g * dim + i]);
     const int n = visible_rows_bf16(pk, pv, prefix, k, v, mask, length, dim, krows, vrows);
@@ -237,7 +258,7 @@ static int one_item(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                 axpy_bf16(acc + g * width, scores[(size_t)g * stride + t], vrows[t], dim);
     for (int g = 0; g < groups; g++)
         for (int i = 0; i < dim; i++) out[g * dim + i] = float_to_bf16(acc[g * width + i]);
-    free(qf); free(scores); free(krows); free(vrows);
+    item_scratch_free(&s);
     return 0;
 }
 
@@ -800,17 +821,11 @@ int decode_attention_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *
 static int one_item_f32(const float *q, const float *k, const float *v, const uint8_t *mask,
                         const float *pk, const float *pv, int prefix, float *out, int groups,
                         int dim, int length, float scale) {
-    int total = prefix + length;
-    int stride = (total + 15) / 16 * 16, width = (dim + 15) / 16 * 16;
-    float *qf = aligned(sizeof(float) * (size_t)groups * width * 2 + 64 * sizeof(float));
-    float *scores = aligned(sizeof(float) * (size_t)groups * (stride > 0 ? stride : 16));
-    const float **krows = malloc(sizeof(*krows) * (size_t)(total > 0 ? total : 1));
-    const float **vrows = malloc(sizeof(*vrows) * (size_t)(total > 0 ? total : 1));
-    if (!qf || !scores || !krows || !vrows || dim > MAX_DIM) {
-        free(qf); free(scores); free(krows); free(vrows);
-        return 1;
-    }
-    float *acc = qf + (size_t)groups * width;
+    item_scratch s;
+    if (item_scratch_alloc(&s, groups, dim, prefix + length)) return 1;
+    const int stride = s.stride, width = s.width;
+    float *qf = s.qf, *scores = s.scores, *acc = s.acc;
+    const float **krows = s.krows, **vrows = s.vrows;
     memset(qf, 0, sizeof(float) * (size_t)groups * width);
     for (int g = 0; g < groups; g++) memcpy(qf + g * width, q + g * dim, sizeof(float) * dim);
     const int n = visible_rows_f32(pk, pv, prefix, k, v, mask, length, dim, krows, vrows);
@@ -832,7 +847,7 @@ static int one_item_f32(const float *q, const float *k, const float *v, const ui
         }
     }
     for (int g = 0; g < groups; g++) memcpy(out + g * dim, acc + g * width, sizeof(float) * dim);
-    free(qf); free(scores); free(krows); free(vrows);
+    item_scratch_free(&s);
     return 0;
 }
 

@@ -99,6 +99,7 @@ __all__ = [
     "prefill_kernel_error",
     "sample_rows",
     "set_tiles",
+    "takes_dtype",
     "tiles_available",
 ]
 
@@ -399,6 +400,13 @@ def int_dot_path() -> str:
     return {2: "vnni", 1: "avx2"}.get(_STATE["int_dot_path"], "none")
 
 
+def takes_dtype(dtype: Any) -> bool:
+    """Whether the compiled kernels take values of ``dtype``: bfloat16 or float32."""
+    import torch
+
+    return dtype in (torch.bfloat16, torch.float32)
+
+
 def _linear(
     kind: str, x: Any, packed: Any, scales: Any, out_features: int, float32: bool = False
 ) -> Any:
@@ -406,7 +414,7 @@ def _linear(
 
     if load() is None:
         raise RuntimeError(f"the compiled kernels are not available: {load_error()}")
-    if x.dtype not in (torch.bfloat16, torch.float32):
+    if not takes_dtype(x.dtype):
         raise TypeError(f"{kind}_linear takes bfloat16 or float32 rows, got {x.dtype}")
     rows, width = x.shape
     x = x.contiguous()

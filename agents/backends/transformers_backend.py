@@ -44,7 +44,7 @@ from agents.backends.cpu_attention import install as install_attention
 from agents.backends.cpu_decode_step import LeanDecoder
 from agents.backends.cpu_int4 import decoding as int4_decoding
 from agents.backends.cpu_int4 import install_for as install_int4
-from agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error
+from agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error, takes_dtype
 from agents.backends.cpu_kernels import load as load_decode_kernel
 from agents.backends.cpu_kernels import load_error as decode_kernel_error
 from agents.backends.hf_loading import (
@@ -205,7 +205,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.kernel_error: str | None = None
         self.kernel_attention = False
         if self.bmm_attention and decode_attention == "kernel":
-            if next(self.model.parameters()).dtype not in (torch.bfloat16, torch.float32):
+            if not takes_dtype(next(self.model.parameters()).dtype):
                 self.kernel_error = "the kernel is for bfloat16 and float32 models"
             elif load_decode_kernel() is None:
                 self.kernel_error = decode_kernel_error()
