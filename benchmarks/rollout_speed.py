@@ -43,7 +43,8 @@ differently are encoded; see :mod:`agents.backends.kv_cache`).
 
 Where the time goes with the tiny model (2 shared cores, ``--threads 1``, prefix cache on;
 process CPU time of one run, 8 episodes x 4 turns x 48 tokens; measured in an early session;
-for the embedded model's breakdown, by CPU, see the README's backend section): the baseline spends about 1.2 s, of which
+for the embedded model's breakdown, by CPU, see the README's backend section): the baseline
+spends about 1.2 s, of which
 0.8 s in 1,400 one-row decoding steps (0.57 ms each, nearly all per-step Python and framework
 overhead), 0.14 s sampling, 0.2 s prefill and 0.05 s rendering prompts; the batched run about
 0.45 s, of which 0.22-0.28 s in 192 eight-row decoding steps (1.2-1.4 ms each), 0.13-0.17 s
