@@ -15,11 +15,12 @@ sampling; an explicit flag (``--max-turns``, ``--temperature``, ``--top-p``,
 ``--max-new-tokens``, ``--history``) overrides its setting and is recorded in ``overrides``.
 Each finished episode is appended to ``OUT/trajectories.jsonl`` at once; a rerun with the same
 ``--out`` reads that file and plays only the episodes it lacks (a corrupt last line from a killed
-run is dropped and the file rewritten without it), so an interrupted run resumes without
-repeating or losing an episode. ``OUT/run.json`` records the settings; resuming with different
-ones is refused (pass ``--fresh`` to start over); it also names the protocol, every setting the
-protocol fixed (``protocol_settings``), the overrides, the environment's ``variant`` and the
-chosen task ids.
+run is dropped; :mod:`benchmarks.eval_resume`), so an interrupted run resumes without repeating
+or losing an episode; each reply is drawn with a seed of its episode and turn (``--seeding
+episode``, the default), so the resumed run samples the replies the unbroken one would have.
+``OUT/run.json`` records the settings; resuming with different ones is refused (pass ``--fresh``
+to start over); it also names the protocol, every setting the protocol fixed
+(``protocol_settings``), the overrides, the environment's ``variant`` and the chosen task ids.
 Environments step where ``--env-workers`` says (:mod:`agents.envworkers`: this process, local
 worker processes, or Ray actors on a cluster).
 
@@ -41,30 +42,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.eval_resume import (
+    TRAJECTORIES,
+    EvalSettingsError,
+    check_run_file,
+    load_finished,
+    record_backend,
+    resume_command,
+    stopped_message,
+)
 from benchmarks.metrics import OVERALL, MetricRow, summarize, task_outcomes
 from benchmarks.result_plot import plot_rows
 
-__all__ = ["EvalSettings", "EvalResult", "evaluate", "format_markdown", "main"]
+__all__ = [
+    "EvalResult",
+    "EvalSettings",
+    "EvalSettingsError",
+    "evaluate",
+    "format_markdown",
+    "main",
+    "resume_command",
+]
 
-TRAJECTORIES = "trajectories.jsonl"
 _PROTOCOL_FIELDS = ("max_turns", "history", "temperature", "top_p", "max_new_tokens")
-_RESUME_KEYS = (
-    "env_id",
-    "agent",
-    "split",
-    "protocol",
-    "n",
-    "history",
-    "max_turns",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "seed",
-)
-
-
-class EvalSettingsError(ValueError):
-    """Resuming a run with settings that differ from the recorded ones."""
+SEEDINGS = ("episode", "call")
 
 
 @dataclass
@@ -74,7 +75,13 @@ class EvalSettings:
     ``protocol``: a benchmark protocol (None: the environment's default one); the settings
     left at None (or ``history="default"``) take its evaluation values, the others are
     ``overrides``. ``limit``: play a sample of that many tasks across the families, drawn with
-    ``task_seed`` (:func:`agents.task_sample.sample_tasks`).
+    ``task_seed`` (:func:`agents.task_sample.sample_tasks`). ``seeding``: ``"episode"`` (the
+    default) draws each reply with its own seed (:func:`agents.rollout.episode_seed` of ``seed``,
+    the episode and its turn), so an episode samples the same replies whatever shares its batch,
+    ``max_active``, or whether the run was interrupted and resumed (with a backend whose rows are
+    batch-independent, as the transformers backend's bfloat16 paths and the embedded agent
+    are); ``"call"``: one seed per generation call (``seed + call number``, the behaviour before
+    ``seeding`` existed, which a resumed run could not repeat).
     """
 
     env_id: str
@@ -89,6 +96,7 @@ class EvalSettings:
     top_p: float | None = None
     max_new_tokens: int | None = None
     seed: int | None = 0
+    seeding: str = "episode"
     workers: int | str = 0
     max_active: int = 64
     agent_options: dict[str, Any] = field(default_factory=dict)
@@ -101,6 +109,8 @@ class EvalSettings:
         from agents.protocols import default_protocol, env_protocol
 
         self.n = self.n if self.n is not None else self.k
+        if self.seeding not in SEEDINGS:
+            raise ValueError(f"seeding is one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         if self.k < 1 or self.n < self.k:
             raise ValueError(f"need 1 <= k <= n, got k={self.k}, n={self.n}")
         if self.protocol is None:
@@ -137,7 +147,7 @@ def evaluate(
 ) -> EvalResult:
     """Run (or resume) an evaluation and write its tables and plot; see the module docstring.
     ``skip_invalid``: resume past trajectory lines that fail validation (left in the file)
-    instead of stopping at the first (:func:`_load_finished`)."""
+    instead of stopping at the first (:func:`benchmarks.eval_resume.load_finished`)."""
     from agentenvs.registration import make
     from agents.policy import SamplingParams, make_policy
     from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
@@ -153,8 +163,8 @@ def evaluate(
     )
     meta = {"variant": dict(env.variant), "task_ids": list(tasks)}
     env.close()
-    _check_run_file(out, settings, fresh, meta)
-    done, dropped = _load_finished(path, set(tasks), skip_invalid)
+    check_run_file(out, settings, fresh, meta)
+    done, dropped = load_finished(path, set(tasks), skip_invalid)
     plan = [spec for spec in plan_episodes(tasks, settings.n) if spec.key not in done]
     config = RolloutConfig(
         max_turns=settings.max_turns,
@@ -165,6 +175,7 @@ def evaluate(
         max_active=settings.max_active,
         workers=settings.workers,
         protocol=settings.protocol,
+        episode_seeds=settings.seeding == "episode",
     )
     bar = RunProgress(
         len(tasks) * settings.n,
@@ -189,7 +200,7 @@ def evaluate(
             try:
                 run_rollouts(policy, settings.env_id, plan, config, on_episode=record, stats=stats)
             finally:
-                _record_backend(out, policy.run_metadata())
+                record_backend(out, policy.run_metadata())
                 policy.close()
     outcomes = task_outcomes(
         (t.task_id, t.family, t.won, t.error is not None) for t in _ordered(done, tasks)
@@ -197,73 +208,6 @@ def evaluate(
     rows = summarize(outcomes, settings.k)
     write_tables(rows, out, settings, meta)
     return EvalResult(rows, out, len(done), len(plan), dropped)
-
-
-# --------------------------------------------------------------------------------------------
-# Resume
-
-
-def _check_run_file(
-    out: Path, settings: EvalSettings, fresh: bool, meta: dict[str, Any] | None = None
-) -> None:
-    run_file = out / "run.json"
-    record = {k: v for k, v in asdict(settings).items() if k != "agent_options"}
-    record.update(meta or {})
-    if fresh:
-        for name in (TRAJECTORIES, "run.json"):
-            (out / name).unlink(missing_ok=True)
-    elif run_file.exists():
-        previous = json.loads(run_file.read_text())
-        differing = {
-            k: (previous.get(k), record.get(k))
-            for k in _RESUME_KEYS
-            if previous.get(k) != record.get(k)
-        }
-        if differing:
-            raise EvalSettingsError(
-                f"{out} holds a run with other settings {differing} (recorded, now); use the same "
-                "settings to resume it, another --out, or --fresh to start over"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    run_file.write_text(json.dumps(record, indent=2) + "\n")
-
-
-def _record_backend(out: Path, backend: dict[str, Any]) -> None:
-    """Add what the backend reported (dtype, log-probs returned or not, ...) to ``run.json``."""
-    run_file = out / "run.json"
-    if backend and run_file.exists():
-        record = json.loads(run_file.read_text())
-        record["backend"] = backend
-        run_file.write_text(json.dumps(record, indent=2) + "\n")
-
-
-def _load_finished(
-    path: Path, tasks: set[str], skip_invalid: bool = False
-) -> tuple[dict[tuple, Any], list[str]]:
-    """The finished episodes already in ``path`` (of the planned tasks), first copy of each.
-
-    Only a final line cut short by a kill is dropped (reported, and cut off the file so that new
-    lines follow a complete one); any other invalid line stops the run with its file and line,
-    the file untouched, unless ``skip_invalid`` (then it is reported and stays in the file)."""
-    from agents.trajectory import drop_truncated_tail, read_trajectories
-
-    if not path.exists():
-        return {}, []
-    errors: list[str] = []
-    kept = list(
-        read_trajectories(path, skip_invalid=skip_invalid, errors=errors, allow_truncated_tail=True)
-    )
-    dropped = drop_truncated_tail(path)  # the file is valid up to its tail: safe to append
-    for message in errors:
-        if not message.endswith("(a truncated final line)"):
-            print(f"skipped an invalid line (left in the file): {message}", file=sys.stderr)
-    if dropped:
-        print(dropped, file=sys.stderr)
-    done: dict[tuple, Any] = {}
-    for traj in kept:
-        if traj.task_id in tasks:
-            done.setdefault(traj.episode_key, traj)
-    return done, errors
 
 
 def _ordered(done: dict[tuple, Any], tasks: Sequence[str]) -> list[Any]:
@@ -308,6 +252,8 @@ def run_metadata(settings: EvalSettings, meta: dict[str, Any] | None = None) -> 
         "overrides": settings.overrides,
         "limit": settings.limit,
         "task_seed": settings.task_seed,
+        "seed": settings.seed,
+        "seeding": settings.seeding,
         **(meta or {}),
     }
 
@@ -446,6 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
+        "--seeding",
+        choices=SEEDINGS,
+        default="episode",
+        help="episode (default): a seed per episode and turn, so a resumed run or another "
+        "--max-active samples the same replies; call: one seed per generation call (runs "
+        "recorded before this option)",
+    )
+    parser.add_argument(
         "--env-workers",
         "--workers",
         dest="workers",
@@ -505,32 +459,6 @@ def env_workers_spec(spec: str, ray_address: str | None) -> str:
     return f"ray{count}@{ray_address}"
 
 
-def resume_command(argv: Sequence[str], out: Path) -> str:
-    """The command line that resumes the run of ``argv`` (``--fresh`` dropped, ``--out`` set)."""
-    import shlex
-
-    args = [a for a in argv if a != "--fresh"]
-    if not any(a == "--out" or a.startswith("--out=") for a in args):
-        args += ["--out", str(out)]
-    return shlex.join(["agentenvs", "eval", *args])
-
-
-def _stopped(argv: Sequence[str], out: Path) -> str:
-    """How many episodes are on disk in ``out`` and the command that resumes the run."""
-    from agents.trajectory import read_trajectories
-
-    path = Path(out) / TRAJECTORIES
-    count = 0
-    if path.exists():
-        count = sum(
-            1 for _ in read_trajectories(path, skip_invalid=True, allow_truncated_tail=True)
-        )
-    return (
-        f"{count} finished episodes are on disk in {path}; resume with:\n  "
-        f"{resume_command(argv, Path(out))}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -559,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             top_p=args.top_p,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
+            seeding=args.seeding,
             workers=env_workers_spec(args.workers, args.ray_address),
             max_active=args.max_active,
             agent_options=dict(args.agent_opt),
@@ -573,10 +502,10 @@ def main(argv: list[str] | None = None) -> int:
             skip_invalid=args.skip_invalid,
         )
     except KeyboardInterrupt:
-        print(f"\nagentenvs eval: interrupted; {_stopped(argv, out)}", file=sys.stderr)
+        print(f"\nagentenvs eval: interrupted; {stopped_message(argv, out)}", file=sys.stderr)
         return 130
     except BackendUnavailableError as exc:  # a server down for longer than its retry window
-        print(f"agentenvs eval: {exc}\n{_stopped(argv, out)}", file=sys.stderr)
+        print(f"agentenvs eval: {exc}\n{stopped_message(argv, out)}", file=sys.stderr)
         return 1
     except (ValueError, RuntimeError) as exc:
         print(f"agentenvs eval: {exc}", file=sys.stderr)

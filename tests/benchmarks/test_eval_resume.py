@@ -130,3 +130,75 @@ def test_ctrl_c_saves_finished_episodes_and_prints_the_resume_command(tmp_path) 
     assert cli_main(shlex.split(command)[1:]) == 0
     keys = [t.episode_key for t in read_trajectories(path)]
     assert len(keys) == len(set(keys)) == 400
+
+
+BMM = {"device": "cpu", "dtype": "bfloat16", "decode_attention": "bmm", "prefill_attention": "bmm"}
+
+
+def _replies(path: Path) -> dict:
+    return {
+        t.episode_key: [tuple(step.token_ids or ()) for step in t.steps]
+        for t in read_trajectories(path)
+    }
+
+
+def test_a_resumed_llm_eval_samples_what_an_unbroken_one_does(tmp_path) -> None:
+    """Sampled replies (tiny model, temperature 1): with per-episode seeds (the default) an eval
+    interrupted after 2 of 4 episodes and resumed one episode at a time writes the unbroken
+    run's replies; with one seed per call (``seeding="call"``) it does not."""
+    from agents.backends.kv_cache import writes_in_place
+    from agents.tiny_model import build_tiny_model
+
+    if not writes_in_place():
+        pytest.skip("needs transformers 5 buffer caches")
+    model = build_tiny_model(tmp_path / "tiny")
+
+    def settings(seeding: str, max_active: int = 8) -> EvalSettings:
+        return EvalSettings(
+            "TextCraft-v0",
+            f"hf:{model}",
+            k=2,
+            limit=2,
+            max_turns=2,
+            max_new_tokens=12,
+            temperature=1.0,
+            top_p=1.0,
+            seeding=seeding,
+            max_active=max_active,
+            agent_options=BMM,
+        )
+
+    same = {}
+    for seeding in ("episode", "call"):
+        whole = tmp_path / f"whole-{seeding}"
+        evaluate(settings(seeding), whole, progress=False)
+        cut = tmp_path / f"cut-{seeding}"
+        cut.mkdir()
+        (cut / "run.json").write_bytes((whole / "run.json").read_bytes())
+        lines = (whole / "trajectories.jsonl").read_bytes().splitlines(keepends=True)
+        assert len(lines) == 4
+        (cut / "trajectories.jsonl").write_bytes(b"".join(lines[:2]))
+        resumed = evaluate(settings(seeding, max_active=1), cut, progress=False)
+        assert resumed.new_episodes == 2
+        unbroken = _replies(whole / "trajectories.jsonl")
+        assert all(any(turns) for turns in unbroken.values())
+        same[seeding] = _replies(cut / "trajectories.jsonl") == unbroken
+        recorded = json.loads((whole / "results.json").read_text())
+        assert recorded["seeding"] == seeding and recorded["seed"] == 0
+    assert same == {"episode": True, "call": False}
+
+
+def test_a_run_recorded_before_seeding_existed_resumes_with_call_seeding(tmp_path) -> None:
+    out = tmp_path / "old"
+    _run(out)
+    run_file = out / "run.json"
+    record = json.loads(run_file.read_text())
+    assert record.pop("seeding") == "episode"
+    record["seed"] = 0
+    run_file.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"'seeding': \('call', 'episode'\)"):
+        _run(out)
+    old = evaluate(EvalSettings(**SETTINGS, seeding="call"), out, progress=False)
+    assert old.new_episodes == 0
+    with pytest.raises(ValueError, match="seeding is one of episode, call"):
+        EvalSettings(**SETTINGS, seeding="row")
