@@ -97,6 +97,7 @@ __all__ = [
     "pack_int8",
     "prefill_attention",
     "prefill_kernel_error",
+    "prune_builds",
     "sample_rows",
     "set_tiles",
     "takes_dtype",
@@ -107,6 +108,7 @@ SOURCE = Path(__file__).with_name("cpu_kernels.c")
 MAX_DIM = 256  # head sizes the kernel takes (MAX_DIM in cpu_kernels.c)
 _COMPILE = ["-O3", "-march=native", "-ffast-math", "-mprefer-vector-width=512", "-fopenmp"]
 _STATE: dict[str, Any] = {}
+KEPT_BUILDS = 8  # compiled kernels kept in kernel_dir() (one per source, compiler and CPU)
 
 
 def kernel_dir() -> Path:
@@ -138,6 +140,7 @@ def _build(compiler: str) -> Path:
     ).hexdigest()[:16]
     target = kernel_dir() / f"decode_attention-{key}.so"
     if target.exists():
+        os.utime(target)  # last used now: pruning keeps the builds in use
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
@@ -153,7 +156,30 @@ def _build(compiler: str) -> Path:
             if done.returncode != 0:
                 raise RuntimeError(f"{' '.join(command[:2])} ...: {done.stderr.strip()[-400:]}")
         os.replace(lib, target)  # atomic: another process may be building the same file
+    prune_builds(target.parent, keep=KEPT_BUILDS)
     return target
+
+
+def prune_builds(directory: Path, keep: int = KEPT_BUILDS) -> list[Path]:
+    """Delete all but the ``keep`` most recently used builds in ``directory`` (every edit of the
+    source, compiler update or CPU sharing the cache adds one); returns the deleted paths. A
+    process that has a deleted build loaded keeps its mapping; one that needs it again
+    rebuilds it (about a second)."""
+    builds = []
+    for path in directory.glob("decode_attention-*.so"):
+        try:
+            builds.append((path.stat().st_mtime, path))
+        except OSError:  # deleted meanwhile by another process
+            continue
+    builds.sort(reverse=True)
+    deleted = []
+    for _, path in builds[keep:]:
+        try:
+            path.unlink()
+            deleted.append(path)
+        except OSError:
+            continue
+    return deleted
 
 
 def load() -> Any:

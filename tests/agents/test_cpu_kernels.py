@@ -350,3 +350,32 @@ def test_compiled_sampler_inverts_the_same_distribution_as_torch(temperature) ->
         for i, s in enumerate((1, 2, 3))
     ]
     assert sample_with_logprobs(logits, sampling, per_row, compiled=True)[0].tolist() == alone
+
+
+def test_a_new_build_prunes_all_but_the_most_recently_used(tmp_path, monkeypatch) -> None:
+    """Every source edit, compiler or CPU adds a build to the cache; a new one keeps the
+    KEPT_BUILDS most recently used (a cached build's use refreshes it)."""
+    import os
+    import time
+
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    monkeypatch.setenv("AGENTENVS_CACHE", str(tmp_path))
+    folder = cpu_kernels.kernel_dir()
+    folder.mkdir(parents=True)
+    now = time.time()
+    stale = [folder / f"decode_attention-old{i}.so" for i in range(cpu_kernels.KEPT_BUILDS + 1)]
+    for age, path in enumerate(stale, start=1):
+        path.write_bytes(b"an old build")
+        os.utime(path, (now - 3600 * age, now - 3600 * age))
+    os.utime(stale[-1], (now - 60, now - 60))  # the oldest build, used a minute ago
+    unrelated = folder / "notes.txt"
+    unrelated.write_text("not a build")
+    assert cpu_kernels.load() is not None, cpu_kernels.load_error()
+    left = sorted(p.name for p in folder.glob("decode_attention-*.so"))
+    built = [name for name in left if "old" not in name]
+    assert len(left) == cpu_kernels.KEPT_BUILDS and len(built) == 1
+    kept = {stale[-1].name, *(p.name for p in stale[: cpu_kernels.KEPT_BUILDS - 2])}
+    assert set(left) - set(built) == kept and unrelated.exists()
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.load() is not None  # the cached build, not a rebuild: nothing pruned
+    assert sorted(p.name for p in folder.glob("decode_attention-*.so")) == left
