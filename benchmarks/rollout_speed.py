@@ -41,15 +41,15 @@ prompt tokens the prefix cache reused (each turn's prompt extends the previous t
 the new observation, the next assistant header and whatever of the reply re-tokenizes
 differently are encoded; see :mod:`agents.backends.kv_cache`).
 
-Where the time goes with the tiny model (2 shared cores, ``--threads 1``, prefix cache on;
-process CPU time of one run, 8 episodes x 4 turns x 48 tokens; measured in an early session;
+Where the time goes with the tiny model (``--threads 1``, prefix cache on, 8 episodes x 4 turns x
+48 tokens; timers around the backend's parts, one run, a 2-core AMD EPYC Zen 4, December 2026;
 for the embedded model's breakdown, by CPU, see the README's backend section): the baseline
-spends about 1.2 s, of which
-0.8 s in 1,400 one-row decoding steps (0.57 ms each, nearly all per-step Python and framework
-overhead), 0.14 s sampling, 0.2 s prefill and 0.05 s rendering prompts; the batched run about
-0.45 s, of which 0.22-0.28 s in 192 eight-row decoding steps (1.2-1.4 ms each), 0.13-0.17 s
-prefill, 0.04 s sampling and 0.03 s rendering. Batching shares the per-step overhead, but the
-rest is work *per row* that batching cannot share on a CPU:
+takes 2.3 s, of which about 1.8 s in 1,365 one-row decoding steps (1.3 ms each, mostly per-step
+Python and framework overhead), 0.3 s prefill, 0.12 s sampling and 0.07 s rendering prompts;
+the batched run 0.84 s, of which about 0.53 s in at most 188 decoding steps of up to eight
+rows (2.8 ms or more each), 0.2 s prefill, 0.03 s sampling and 0.05 s rendering (2.74x; 2.87x
+in ``benchmarks.rollout_speed --threads 1`` the same hour). Batching shares the per-step
+overhead, but the rest is work *per row* that batching cannot share on a CPU:
 
 * the attention of every row over its own 1,200-1,700-token context: with the tiny model's
   hidden size of 64 attention is nearly all of its compute, and an eight-row decoding step reads
