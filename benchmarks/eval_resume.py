@@ -65,10 +65,9 @@ def check_run_file(
             (out / name).unlink(missing_ok=True)
     elif run_file.exists():
         previous = json.loads(run_file.read_text())
+        recorded = {k: previous.get(k, _RECORDED_BEFORE.get(k)) for k in RESUME_KEYS}
         differing = {
-            k: (previous.get(k, _RECORDED_BEFORE.get(k)), record.get(k))
-            for k in RESUME_KEYS
-            if previous.get(k, _RECORDED_BEFORE.get(k)) != record.get(k)
+            k: (recorded[k], record.get(k)) for k in RESUME_KEYS if recorded[k] != record.get(k)
         }
         if differing:
             raise EvalSettingsError(

@@ -156,7 +156,7 @@ def _build(compiler: str) -> Path:
             if done.returncode != 0:
                 raise RuntimeError(f"{' '.join(command[:2])} ...: {done.stderr.strip()[-400:]}")
         os.replace(lib, target)  # atomic: another process may be building the same file
-    prune_builds(target.parent, keep=KEPT_BUILDS)
+    prune_builds(target.parent)
     return target
 
 
