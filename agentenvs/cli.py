@@ -17,18 +17,18 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("agentenvs.listing:list_main", "list environments: ids, splits and task counts"),
     "play": (
-        "agents.play:play_main",
+        "agentenvs.agents.play:play_main",
         "play an environment in the terminal, with the expert's hint",
     ),
-    "replay cuts": ("replay.cli:cuts_main", "teacher trajectories -> cut-state queries"),
-    "replay validate": ("replay.cli:validate_main", "replay-validate cut-state queries"),
-    "replay sidecar": ("replay.cli:sidecar_main", "canonical prompts + prefix sidecars"),
+    "replay cuts": ("agentenvs.replay.cli:cuts_main", "teacher trajectories -> cut-state queries"),
+    "replay validate": ("agentenvs.replay.cli:validate_main", "replay-validate cut-state queries"),
+    "replay sidecar": ("agentenvs.replay.cli:sidecar_main", "canonical prompts + prefix sidecars"),
     "eval": (
-        "benchmarks.evaluate:main",
+        "agentenvs.benchmarks.evaluate:main",
         "Avg@k / Pass@k of an agent on a split (resumable; tables + plot)",
     ),
-    "train sft": ("train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),
-    "train rl": ("train.rl.cli:rl_main", "RL: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo"),
+    "train sft": ("agentenvs.train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),
+    "train rl": ("agentenvs.train.rl.cli:rl_main", "RL: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo"),
 }
 
 

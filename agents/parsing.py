@@ -20,7 +20,7 @@ Nothing found, or an empty action, is a :class:`ParseResult` with ``action`` Non
 ``error`` that says what was missing; the rollout turns it into format-error feedback without
 stepping the environment.
 
-The benchmark protocols (:mod:`agents.protocols`) name their parser in :data:`PARSERS`: the
+The benchmark protocols (:mod:`agentenvs.agents.protocols`) name their parser in :data:`PARSERS`: the
 reply-format parsers above (``agentgym-babyai`` lower-cases the action as Prefix-GRPO's BabyAI
 interaction does), Prefix-GRPO's ALFWorld ``extract_action`` (:func:`parse_agentgym_alfworld`),
 and verl-agent's projections (:func:`project_verl_agent`). A projection never returns ``action``

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from agentenvs.core import Snapshot, TextEnv
 from agentenvs.registration import ENVIRONMENTS, make
-from agents.experts.base import EXPERTS, Expert, ExpertFailure, make_expert
+from agentenvs.agents.experts.base import EXPERTS, Expert, ExpertFailure, make_expert
 
 __all__ = ["PlaySession", "play_main"]
 

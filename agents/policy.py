@@ -13,7 +13,7 @@ ids and their log-probabilities (:class:`Completion`).
 Agents are named by a spec string (:func:`make_policy`):
 
 =========================  ===============================================================
-``expert``                 the environment's scripted teacher (``agents.experts``)
+``expert``                 the environment's scripted teacher (``agentenvs.agents.experts``)
 ``random[:SEED]``          a uniformly random admissible (or well-formed) action
 ``hf:<dir or hub id>``     transformers, batched ``generate`` (CPU or GPU)
 ``vllm:<dir or hub id>``   vLLM's offline engine (GPU; the ``vllm`` extra)
@@ -147,7 +147,7 @@ class Policy(ABC):
         are given to policies that act from state and ignored by the others. ``seeds``: one
         sampling seed per conversation, instead of ``sampling.seed`` (each row's draws then come
         from its own seed, so its reply does not depend on the rest of the batch where the
-        backend's rows are otherwise independent; :class:`agents.rollout.RolloutConfig`'s
+        backend's rows are otherwise independent; :class:`agentenvs.agents.rollout.RolloutConfig`'s
         ``episode_seeds``).
         """
 
@@ -235,29 +235,29 @@ def make_policy(spec: str, **options: Any) -> Policy:
     if kind in ("expert", "random") and options:
         raise PolicyError(f"{kind!r} takes no options, got {sorted(options)}")
     if kind == "expert":
-        from agents.scripted import ExpertPolicy
+        from agentenvs.agents.scripted import ExpertPolicy
 
         return ExpertPolicy(spec)
     if kind == "random":
-        from agents.scripted import RandomPolicy
+        from agentenvs.agents.scripted import RandomPolicy
 
         return RandomPolicy(spec, seed=int(target) if target else 0)
     if kind == "hf":
-        from agents.backends.transformers_backend import TransformersPolicy
+        from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 
         return TransformersPolicy(target, spec=spec, **options)
     if kind == "embedded":
-        from agents.backends.transformers_backend import TransformersPolicy
-        from agents.embedded import embedded_model_dir, embedded_options
+        from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+        from agentenvs.agents.embedded import embedded_model_dir, embedded_options
 
         options = {**embedded_options(), **options}
         return TransformersPolicy(str(embedded_model_dir()), spec=spec, **options)
     if kind == "vllm":
-        from agents.backends.vllm_backend import VLLMPolicy
-        from agents.models import resolve_model
+        from agentenvs.agents.backends.vllm_backend import VLLMPolicy
+        from agentenvs.agents.models import resolve_model
 
         return VLLMPolicy(resolve_model(target, what="vllm:"), spec=spec, **options)
-    from agents.backends.openai_backend import OpenAIPolicy
+    from agentenvs.agents.backends.openai_backend import OpenAIPolicy
 
     model, _, url = target.rpartition("@")
     return OpenAIPolicy(model, url, spec=spec, **options)

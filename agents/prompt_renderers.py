@@ -1,7 +1,7 @@
 """Template renderers: verl-agent's environment managers' ``build_text_obs`` (WebShop, Sokoban,
 ALFWorld), formatting the same way, and Prefix-GRPO's ALFWorld admissible-actions line.
-:mod:`agents.prompts` puts them into its prompt table; the texts are in
-:mod:`agents.prompt_templates`.
+:mod:`agentenvs.agents.prompts` puts them into its prompt table; the texts are in
+:mod:`agentenvs.agents.prompt_templates`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import prompt_templates as T
+from agentenvs.agents import prompt_templates as T
 
 __all__ = [
     "PastStep",

@@ -1,5 +1,5 @@
 """The prompt texts, verbatim: the paper's (TextCraft, BabyAI, ALFWorld) and verl-agent's (WebShop,
-Sokoban). :mod:`agents.prompts` puts them together; this module only holds the strings.
+Sokoban). :mod:`agentenvs.agents.prompts` puts them together; this module only holds the strings.
 
 Sources:
 

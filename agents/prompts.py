@@ -32,7 +32,7 @@ Stored messages (``Trajectory.messages``) hold the user turns exactly as the mod
 :func:`prompt_messages` needs nothing else to rebuild any step's prompt.
 
 Besides each environment's default prompt (:data:`PROMPTS`, by env id) there are named prompts
-(:data:`NAMED_PROMPTS`, by prompt name) that the benchmark protocols (:mod:`agents.protocols`)
+(:data:`NAMED_PROMPTS`, by prompt name) that the benchmark protocols (:mod:`agentenvs.agents.protocols`)
 choose: e.g. ``alfworld-verl-agent`` (verl-agent's template with the admissible actions) and
 ``alfworld-agentgym`` (the paper's prompt, every observation followed by Prefix-GRPO's
 ``AVAILABLE ACTIONS:`` line). Every function takes ``prompt=`` (a name; None: the environment's
@@ -45,9 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import prompt_templates as T
-from agents.parsing import ParseResult, ReplyFormat, parse_reply
-from agents.prompt_renderers import (
+from agentenvs.agents import prompt_templates as T
+from agentenvs.agents.parsing import ParseResult, ReplyFormat, parse_reply
+from agentenvs.agents.prompt_renderers import (
     PastStep,
     alfworld_task,
     render_alfworld,
@@ -235,7 +235,7 @@ def env_prompt(env_id: str, prompt: str | None = None) -> EnvPrompt:
     except KeyError:
         raise UnknownPromptError(
             f"no prompt is defined for {env_id!r}; prompts exist for {sorted(PROMPTS)} "
-            "(add an EnvPrompt to agents.prompts.PROMPTS)"
+            "(add an EnvPrompt to agentenvs.agents.prompts.PROMPTS)"
         ) from None
 
 
@@ -299,7 +299,7 @@ def format_reply(
 
 
 def parse_action(env_id: str, text: str, prompt: str | None = None) -> ParseResult:
-    """The action of a reply, parsed by ``env_id``'s reply format (see :mod:`agents.parsing`)."""
+    """The action of a reply, parsed by ``env_id``'s reply format (see :mod:`agentenvs.agents.parsing`)."""
     return parse_reply(text, env_prompt(env_id, prompt).reply_format)
 
 

@@ -1,17 +1,17 @@
 """A benchmark protocol applied to one environment: the one piece every driver of an episode uses.
 
-:class:`ProtocolRules` turns a protocol's name (:mod:`agents.protocols`) into what playing an
-episode needs: the prompt (:func:`agents.prompts.env_prompt` with the protocol's prompt name),
+:class:`ProtocolRules` turns a protocol's name (:mod:`agentenvs.agents.protocols`) into what playing an
+episode needs: the prompt (:func:`agentenvs.agents.prompts.env_prompt` with the protocol's prompt name),
 the history window, the parser, the feedback for an unparseable reply, what an unparseable reply
 does (``unparseable``: ``"feedback"``, not stepped; ``"project"``, the parser's projection is
 stepped and the step recorded invalid), the environment keywords (the variant), the turn limits
-and the invalid-action penalty. :func:`agents.rollout.run_rollouts` and
-:class:`integrations.episode.TextEpisode` (TRL, verl) both use it, so every driver plays the same
+and the invalid-action penalty. :func:`agentenvs.agents.rollout.run_rollouts` and
+:class:`agentenvs.integrations.episode.TextEpisode` (TRL, verl) both use it, so every driver plays the same
 setup.
 
 ``ProtocolRules.of(env_id, "default")`` is the environment's default protocol (an environment
 without one plays without a protocol); ``None`` is no protocol: the environment's default prompt
-and reply format, an unparseable reply answered with :func:`agents.prompts.format_error_feedback`.
+and reply format, an unparseable reply answered with :func:`agentenvs.agents.prompts.format_error_feedback`.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from agents.parsing import ParseResult, get_parser
-from agents.policy import Completion
-from agents.prompts import (
+from agentenvs.agents.parsing import ParseResult, get_parser
+from agentenvs.agents.policy import Completion
+from agentenvs.agents.prompts import (
     EnvPrompt,
     env_prompt,
     format_error_feedback,
     format_reply,
     parse_action,
 )
-from agents.protocols import DEFAULT_PROTOCOLS, EnvProtocol, Mode, env_protocol
+from agentenvs.agents.protocols import DEFAULT_PROTOCOLS, EnvProtocol, Mode, env_protocol
 
 __all__ = ["ProtocolRules"]
 

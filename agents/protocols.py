@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from agentenvs.core import did_you_mean
-from agents import prompt_templates as T
+from agentenvs.agents import prompt_templates as T
 
 __all__ = [
     "DEFAULT_PROTOCOLS",
@@ -73,11 +73,11 @@ class EnvProtocol:
     """One paper's setup on one environment.
 
     ``env_kwargs``: keywords ``agentenvs.make`` gets (the variant; ``max_turns`` comes from the
-    turn limits). ``prompt``: a name in :data:`agents.prompts.NAMED_PROMPTS` (system prompt or
+    turn limits). ``prompt``: a name in :data:`agentenvs.agents.prompts.NAMED_PROMPTS` (system prompt or
     template, reply format). ``admissible``: where the admissible actions reach the model
     (``none``, ``observation``: the environment's observation lists them, ``appended``: a line
     after every observation, ``template``: the template lists them). ``parser``: a name in
-    :data:`agents.parsing.PARSERS`. ``unparseable``: ``feedback`` (answer with
+    :data:`agentenvs.agents.parsing.PARSERS`. ``unparseable``: ``feedback`` (answer with
     ``invalid_feedback``, the environment not stepped, the reply uses a turn) or ``project``
     (the parser's projection is stepped and the step counts as invalid). ``max_turns``:
     replies per episode in evaluation and in training. ``history``: steps of history in the

@@ -1,17 +1,17 @@
 """Batched rollouts: N tasks x k samples played together, one generation call per turn.
 
 :func:`run_rollouts` keeps up to ``max_active`` episodes in flight. Each turn it builds every
-active episode's prompt (:class:`agents.prompts.Conversation`, history window applied), makes
+active episode's prompt (:class:`agentenvs.agents.prompts.Conversation`, history window applied), makes
 **one** ``policy.generate`` call over all of them (scripted policies act next to their
-environments instead), parses each reply (:func:`agents.prompts.parse_action`), steps the
+environments instead), parses each reply (:func:`agentenvs.agents.prompts.parse_action`), steps the
 environments whose reply had an action in one batch (in this process, in worker processes or
-on Ray actors: :mod:`agents.envworkers`), and answers the others with the format-error
+on Ray actors: :mod:`agentenvs.agents.envworkers`), and answers the others with the format-error
 feedback, recording that step with ``valid = False`` and ``action = None`` without touching the
 environment.
 
 An episode ends when the environment terminates or truncates, when it has used ``max_turns``
 replies (format errors count: each reply is a turn), or on an error (environment exception,
-scripted policy failure); it is then turned into a :class:`~agents.trajectory.Trajectory` and
+scripted policy failure); it is then turned into a :class:`~agentenvs.agents.trajectory.Trajectory` and
 handed to ``on_episode`` at once (the evaluator appends it to its JSONL file right there).
 
 The k samples of one task form a group: same ``group_id`` (the task id, made unique with
@@ -27,9 +27,9 @@ only), the ``prefix_turns`` that count against ``max_turns``, and optionally the
 ``cut_observation``: a replay that no longer reaches it (neither equal nor an ``env.match``), that
 ends the episode, or that raises, ends the episode with ``error`` ("replay failed: ...").
 
-A benchmark protocol (``RolloutConfig.protocol``, :mod:`agents.protocols`) chooses the prompt,
+A benchmark protocol (``RolloutConfig.protocol``, :mod:`agentenvs.agents.protocols`) chooses the prompt,
 the parser, what an unparseable reply does and the environment's variant keywords
-(:class:`agents.protocol_rules.ProtocolRules`, which the TRL and verl integrations use too): with
+(:class:`agentenvs.agents.protocol_rules.ProtocolRules`, which the TRL and verl integrations use too): with
 ``unparseable="feedback"`` (Prefix-GRPO's) as above, with its feedback text; with ``"project"``
 (verl-agent's) the parser's projection of every reply is stepped, and a reply that broke the
 format is recorded ``valid = False`` with ``info["format_error"]`` (the raw reply is the step's
@@ -53,13 +53,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.envworkers import EnvFailure, EnvWorkerPool, make_env_pool
-from agents.parsing import ParseResult
-from agents.policy import Completion, Policy, SamplingParams
-from agents.prompts import Conversation, EnvPrompt
-from agents.protocol_rules import ProtocolRules
-from agents.protocols import get_protocol
-from agents.trajectory import StepRecord, Trajectory
+from agentenvs.agents.envworkers import EnvFailure, EnvWorkerPool, make_env_pool
+from agentenvs.agents.parsing import ParseResult
+from agentenvs.agents.policy import Completion, Policy, SamplingParams
+from agentenvs.agents.prompts import Conversation, EnvPrompt
+from agentenvs.agents.protocol_rules import ProtocolRules
+from agentenvs.agents.protocols import get_protocol
+from agentenvs.agents.trajectory import StepRecord, Trajectory
 
 __all__ = [
     "EpisodeSpec",
@@ -80,22 +80,22 @@ class RolloutConfig:
 
     ``max_turns``: replies per episode (None: the environment's ``default_max_turns``); the
     environment is made with the same budget. ``history``: the prompt's history window
-    (``"default"``: the environment's, see :mod:`agents.prompts`; None: every turn).
+    (``"default"``: the environment's, see :mod:`agentenvs.agents.prompts`; None: every turn).
     ``max_active``: episodes in flight at once (each generation call batches all of them).
     ``workers``: where environments step, a count or an environment-worker spec (0 or
     ``"inprocess"``: here; N or ``"process:N"``: N worker processes; ``"ray:N@ADDRESS"``: Ray
-    actors; :mod:`agents.envworkers`). ``env_kwargs``: passed to ``agentenvs.make`` (after the
-    protocol's). ``protocol``: a benchmark protocol's name (:mod:`agents.protocols`);
+    actors; :mod:`agentenvs.agents.envworkers`). ``env_kwargs``: passed to ``agentenvs.make`` (after the
+    protocol's). ``protocol``: a benchmark protocol's name (:mod:`agentenvs.agents.protocols`);
     ``"default"`` (the default): the environment's default protocol; None: none, the
     environment's default prompt and reply format, an unparseable reply answered with
-    :func:`agents.prompts.format_error_feedback`. ``history="default"`` means the protocol's
+    :func:`agentenvs.agents.prompts.format_error_feedback`. ``history="default"`` means the protocol's
     window (without one, the prompt's). ``episode_seeds`` (with ``sampling.seed``): each reply
     is drawn with its own seed, :func:`episode_seed` of the seed, the episode's key and its
     turn, instead of one seed per generation call (the default, ``seed + call number``): an
     episode's draws then do not depend on which episodes share its batch, in what order, or on
     ``max_active``; trajectories record it. Whether the replies are then identical depends on
     the backend's arithmetic, where a row's float sums may run in another order in another
-    batch: with the embedded agent's defaults every reply of ``benchmarks.rollout_speed``'s
+    batch: with the embedded agent's defaults every reply of ``agentenvs.benchmarks.rollout_speed``'s
     8 episodes x 4 turns was the same, bit for bit, batched and one at a time (README).
     """
 
@@ -245,7 +245,7 @@ def make_rollout_pool(
 ) -> EnvWorkerPool:
     """The environment pool :func:`run_rollouts` would make for ``config`` (``config.workers``,
     the environment made with the rollout's turn budget), to keep open across calls: pass it as
-    ``env_pool=`` and close it when done. ``options`` go to :func:`agents.envworkers.
+    ``env_pool=`` and close it when done. ``options`` go to :func:`agentenvs.agents.envworkers.
     make_env_pool`."""
     config = config or RolloutConfig()
     rules = ProtocolRules.of(env_id, config.protocol)

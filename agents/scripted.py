@@ -1,6 +1,6 @@
 """Scripted policies that act from environment state: the expert and the random agent.
 
-Both write their replies in the environment's reply format (:func:`agents.prompts.format_reply`),
+Both write their replies in the environment's reply format (:func:`agentenvs.agents.prompts.format_reply`),
 so their trajectories look exactly like a model's and expert ones are ready for SFT; the thought
 and action also go in ``Completion.extra``, so a rollout under a benchmark protocol rewrites the
 reply in that protocol's format.
@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agents.experts.base import Expert, ExpertFailure, make_expert
-from agents.policy import Completion, PolicyError, StatePolicy
-from agents.prompts import format_reply
+from agentenvs.agents.experts.base import Expert, ExpertFailure, make_expert
+from agentenvs.agents.policy import Completion, PolicyError, StatePolicy
+from agentenvs.agents.prompts import format_reply
 
 if TYPE_CHECKING:
     from agentenvs.core import TextEnv
@@ -32,7 +32,7 @@ _PLACEHOLDER = re.compile(r"<[^<>]*>")
 
 
 class ExpertPolicy(StatePolicy):
-    """The environment's scripted teacher (one :class:`~agents.experts.base.Expert` per episode)."""
+    """The environment's scripted teacher (one :class:`~agentenvs.agents.experts.base.Expert` per episode)."""
 
     def __init__(self, spec: str = "expert") -> None:
         super().__init__(spec)

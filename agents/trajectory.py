@@ -4,7 +4,7 @@ One episode is one JSON line (DESIGN.md, "Agents"): the schema version, which en
 group and sample it was, which agent played it, the full message list, a record per step, the
 outcome, and, for LLM policies, the token ids and log-probs of every generated turn.
 
-Schema versions: 2 adds ``protocol`` (the benchmark protocol's name, :mod:`agents.protocols`;
+Schema versions: 2 adds ``protocol`` (the benchmark protocol's name, :mod:`agentenvs.agents.protocols`;
 None: none) and ``variant`` (the environment's outcome-changing settings, ``env.variant``);
 version 1 files still read, with both None ("not recorded").
 

@@ -1,14 +1,14 @@
 """``make demo``: the expert and the random agent on every registered environment's test split.
 
-    python -m benchmarks.demo                       # all registered environments
-    python -m benchmarks.demo TextCraft-v0 --k 8    # one, Avg@8 / Pass@8 for the random agent
+    python -m agentenvs.benchmarks.demo                       # all registered environments
+    python -m agentenvs.benchmarks.demo TextCraft-v0 --k 8    # one, Avg@8 / Pass@8 for the random agent
 
 For each id in ``agentenvs.registration.ENVIRONMENTS`` (looked up when it runs, so environments
 that land later are picked up) whose module imports here (an optional extra may be missing: it
 is skipped with the reason), it evaluates
 
 * ``expert`` (one sample a task; where the environment has an expert in
-  ``agents.experts.EXPERTS``), and
+  ``agentenvs.agents.experts.EXPERTS``), and
 * ``random`` (``k`` samples a task, fewer where :data:`DEMO_RANDOM_SAMPLES` says: a uniformly
   random admissible or well-formed action),
 
@@ -18,7 +18,7 @@ the Avg@k / Pass@k tables per family and a summary. Runs go to ``results/demo/<e
 
 Then the main job (:func:`learning_demo`, a few minutes on 2 CPU cores; ``--no-learning`` skips
 it): the whole pipeline on TextCraft with a small model trained from scratch
-(:mod:`benchmarks.learning`, preset ``demo``): the expert's teacher trajectories of training
+(:mod:`agentenvs.benchmarks.learning`, preset ``demo``): the expert's teacher trajectories of training
 tasks, cut-state queries cut from them, replay validation, SFT, Prefix-GRPO, and the Avg@8 /
 Pass@8 table and curve of Prefix-GRPO against SFT on held-out test tasks
 (``results/demo/learning/``).
@@ -31,8 +31,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.evaluate import EvalSettings, evaluate, format_markdown
-from benchmarks.metrics import OVERALL, MetricRow
+from agentenvs.benchmarks.evaluate import EvalSettings, evaluate, format_markdown
+from agentenvs.benchmarks.metrics import OVERALL, MetricRow
 
 __all__ = [
     "DEMO_RANDOM_SAMPLES",
@@ -88,7 +88,7 @@ def run_demo(
     progress: bool = True,
 ) -> list[DemoRow]:
     """Evaluate the expert and the random agent on each environment; print and return the rows."""
-    from agents.experts.base import EXPERTS
+    from agentenvs.agents.experts.base import EXPERTS
 
     envs, skipped = available_envs(env_ids)
     for env_id, why in skipped.items():
@@ -124,9 +124,9 @@ def learning_demo(
     """The pipeline's main job (module docstring); prints each stage and returns the summary."""
     import json
 
-    from benchmarks.learning.report import format_summary as learning_summary
-    from benchmarks.learning.run import run_benchmark
-    from benchmarks.learning.settings import preset
+    from agentenvs.benchmarks.learning.report import format_summary as learning_summary
+    from agentenvs.benchmarks.learning.run import run_benchmark
+    from agentenvs.benchmarks.learning.settings import preset
 
     settings = settings or preset("demo")
     out = Path(out)

@@ -1,8 +1,8 @@
 """Environment speed benchmark: reset, step and snapshot/restore times, as one table.
 
-    python -m benchmarks.env_speed                 # every environment
-    python -m benchmarks.env_speed TextCraft-v0    # one
-    python -m benchmarks.env_speed --quick --out results/env_speed.md
+    python -m agentenvs.benchmarks.env_speed                 # every environment
+    python -m agentenvs.benchmarks.env_speed TextCraft-v0    # one
+    python -m agentenvs.benchmarks.env_speed --quick --out results/env_speed.md
 
 Each environment's module in ``benchmarks/speed/`` has ``bench(quick: bool) -> list[SpeedRow]``;
 its rows compare against a baseline measured in the same run (raw engine calls, replay from
@@ -16,17 +16,17 @@ import importlib
 import sys
 from pathlib import Path
 
-from benchmarks.timing import SpeedRow, format_table, report
+from agentenvs.benchmarks.timing import SpeedRow, format_table, report
 
 __all__ = ["BENCHES", "run", "main"]
 
 # env id -> "module:function" returning list[SpeedRow]
 BENCHES: dict[str, str] = {
-    "TextCraft-v0": "benchmarks.speed.textcraft:bench",
-    "Sokoban-v0": "benchmarks.speed.sokoban:bench",
-    "ALFWorld-v0": "benchmarks.speed.alfworld:bench",
-    "WebShop-v0": "benchmarks.speed.webshop:bench",
-    "BabyAI-Text-v0": "benchmarks.speed.babyai:bench",
+    "TextCraft-v0": "agentenvs.benchmarks.speed.textcraft:bench",
+    "Sokoban-v0": "agentenvs.benchmarks.speed.sokoban:bench",
+    "ALFWorld-v0": "agentenvs.benchmarks.speed.alfworld:bench",
+    "WebShop-v0": "agentenvs.benchmarks.speed.webshop:bench",
+    "BabyAI-Text-v0": "agentenvs.benchmarks.speed.babyai:bench",
 }
 
 

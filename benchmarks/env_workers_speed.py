@@ -1,9 +1,9 @@
 """Environment-worker throughput: ALFWorld episodes per minute with 1, 2 and 4 workers, and Ray's
 overhead against local worker processes on the same workload.
 
-    python -m benchmarks.env_workers_speed                 # 16 ALFWorld expert episodes
-    python -m benchmarks.env_workers_speed --quick         # 8 episodes, fewer configurations
-    python -m benchmarks.env_workers_speed --policy random:0 --max-turns 20
+    python -m agentenvs.benchmarks.env_workers_speed                 # 16 ALFWorld expert episodes
+    python -m agentenvs.benchmarks.env_workers_speed --quick         # 8 episodes, fewer configurations
+    python -m agentenvs.benchmarks.env_workers_speed --policy random:0 --max-turns 20
 
 Every configuration plays the same ALFWorld test episodes with a scripted policy (the expert by
 default; it acts next to the environments, inside the workers), all in flight together, so the
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.textcraft import TextCraftEnv
-from benchmarks.timing import report
+from agentenvs.benchmarks.timing import report
 
 __all__ = [
     "CostlyTextCraft",
@@ -60,7 +60,7 @@ __all__ = [
 
 ALFWORLD = "ALFWorld-v0"
 FALLBACK = "TextCraft-v0"
-FALLBACK_FACTORY = "benchmarks.env_workers_speed:costly_textcraft"
+FALLBACK_FACTORY = "agentenvs.benchmarks.env_workers_speed:costly_textcraft"
 STEP_COST_S = 0.040
 RESET_COST_S = 0.300
 RAY_OVERHEAD_TARGET = 0.10
@@ -156,7 +156,7 @@ def measure(work: Workload, specs: list[str], *, cpus: int | None = None) -> lis
     ``process:N``, ``ray:N``) in turn; totals per spec (start-up: the mean)."""
     cpus = cpus or os.cpu_count() or 1
     if any(s.startswith("ray") for s in specs):
-        from agents.envworkers.ray_pool import import_ray
+        from agentenvs.agents.envworkers.ray_pool import import_ray
 
         ray = import_ray()
         if not ray.is_initialized():
@@ -182,9 +182,9 @@ def _total(runs: list[WorkerRun]) -> WorkerRun:
 
 
 def _measure_one(work: Workload, tasks: list[str], spec: str, cpus: int) -> WorkerRun:
-    from agents.envworkers import make_env_pool, parse_env_workers
-    from agents.policy import make_policy
-    from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+    from agentenvs.agents.envworkers import make_env_pool, parse_env_workers
+    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
     parsed = parse_env_workers(spec)
     options: dict[str, Any] = {"env_factory": work.env_factory}
@@ -273,9 +273,9 @@ def measure_transport(
     pools' own cost: one ``act`` and one ``step`` batch over ``episodes`` episodes), best of
     ``rounds`` runs in one warm pool per spec."""
     from agentenvs.registration import make
-    from agents.envworkers import make_env_pool
-    from agents.policy import make_policy
-    from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+    from agentenvs.agents.envworkers import make_env_pool
+    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
 
     env = make(FALLBACK)
     tasks = env.task_ids("test")[:episodes]

@@ -1,4 +1,4 @@
-"""Resuming ``agentenvs eval`` (:mod:`benchmarks.evaluate`): the run file, the finished
+"""Resuming ``agentenvs eval`` (:mod:`agentenvs.benchmarks.evaluate`): the run file, the finished
 episodes on disk, and what an interrupted run prints.
 
 ``OUT/run.json`` records the settings; a rerun into the same ``OUT`` with other values of
@@ -55,7 +55,7 @@ class EvalSettingsError(ValueError):
 def check_run_file(
     out: Path, settings: Any, fresh: bool, meta: dict[str, Any] | None = None
 ) -> None:
-    """Write ``out/run.json`` for ``settings`` (an :class:`benchmarks.evaluate.EvalSettings`),
+    """Write ``out/run.json`` for ``settings`` (an :class:`agentenvs.benchmarks.evaluate.EvalSettings`),
     first refusing a recorded run with other :data:`RESUME_KEYS` (``fresh``: discard it)."""
     run_file = out / "run.json"
     record = {k: v for k, v in asdict(settings).items() if k != "agent_options"}
@@ -95,7 +95,7 @@ def load_finished(
     Only a final line cut short by a kill is dropped (reported, and cut off the file so that new
     lines follow a complete one); any other invalid line stops the run with its file and line,
     the file untouched, unless ``skip_invalid`` (then it is reported and stays in the file)."""
-    from agents.trajectory import drop_truncated_tail, read_trajectories
+    from agentenvs.agents.trajectory import drop_truncated_tail, read_trajectories
 
     if not path.exists():
         return {}, []
@@ -126,7 +126,7 @@ def resume_command(argv: Sequence[str], out: Path) -> str:
 
 def stopped_message(argv: Sequence[str], out: Path) -> str:
     """How many episodes are on disk in ``out`` and the command that resumes the run."""
-    from agents.trajectory import read_trajectories
+    from agentenvs.agents.trajectory import read_trajectories
 
     path = Path(out) / TRAJECTORIES
     count = 0

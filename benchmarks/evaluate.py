@@ -7,25 +7,25 @@
     agentenvs eval ALFWorld-v0 --protocol prefix-grpo --agent hf:Qwen/Qwen3-1.7B -k 8
 
 Every task of the split (with ``--limit N``: N of them, a seeded sample spread over the task
-families, :func:`agents.task_sample.sample_tasks`) is played ``-n`` times (default ``-k``), all
-episodes batched together (:func:`agents.rollout.run_rollouts`), under a benchmark protocol
-(``--protocol``, default the environment's own: :mod:`agents.protocols`), which fixes the
+families, :func:`agentenvs.agents.task_sample.sample_tasks`) is played ``-n`` times (default ``-k``), all
+episodes batched together (:func:`agentenvs.agents.rollout.run_rollouts`), under a benchmark protocol
+(``--protocol``, default the environment's own: :mod:`agentenvs.agents.protocols`), which fixes the
 environment variant, prompt, parser, handling of unparseable replies, turn limit, history and
 sampling; an explicit flag (``--max-turns``, ``--temperature``, ``--top-p``,
 ``--max-new-tokens``, ``--history``) overrides its setting and is recorded in ``overrides``.
 Each finished episode is appended to ``OUT/trajectories.jsonl`` at once; a rerun with the same
 ``--out`` reads that file and plays only the episodes it lacks (a corrupt last line from a killed
-run is dropped; :mod:`benchmarks.eval_resume`), so an interrupted run resumes without repeating
+run is dropped; :mod:`agentenvs.benchmarks.eval_resume`), so an interrupted run resumes without repeating
 or losing an episode; each reply is drawn with a seed of its episode and turn (``--seeding
 episode``, the default), so the resumed run samples the replies the unbroken one would have.
 ``OUT/run.json`` records the settings; resuming with different ones is refused (pass ``--fresh``
 to start over); it also names the protocol, every setting the protocol fixed
 (``protocol_settings``), the overrides, the environment's ``variant`` and the chosen task ids.
-Environments step where ``--env-workers`` says (:mod:`agents.envworkers`: this process, local
+Environments step where ``--env-workers`` says (:mod:`agentenvs.agents.envworkers`: this process, local
 worker processes, or Ray actors on a cluster).
 
 At the end: ``OUT/results.md`` and ``OUT/results.csv`` (Avg@k and Pass@k per task family and
-overall; :mod:`benchmarks.metrics`), ``OUT/results.png`` (a bar plot) and ``OUT/results.json``
+overall; :mod:`agentenvs.benchmarks.metrics`), ``OUT/results.png`` (a bar plot) and ``OUT/results.json``
 (the rows with the run's metadata: protocol, its settings, overrides, variant, task ids);
 ``results.md`` states the protocol and variant under its title.
 """
@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.eval_resume import (
+from agentenvs.benchmarks.eval_resume import (
     TRAJECTORIES,
     EvalSettingsError,
     check_run_file,
@@ -51,8 +51,8 @@ from benchmarks.eval_resume import (
     resume_command,
     stopped_message,
 )
-from benchmarks.metrics import OVERALL, MetricRow, summarize, task_outcomes
-from benchmarks.result_plot import plot_rows
+from agentenvs.benchmarks.metrics import OVERALL, MetricRow, summarize, task_outcomes
+from agentenvs.benchmarks.result_plot import plot_rows
 
 __all__ = [
     "EvalResult",
@@ -75,8 +75,8 @@ class EvalSettings:
     ``protocol``: a benchmark protocol (None: the environment's default one); the settings
     left at None (or ``history="default"``) take its evaluation values, the others are
     ``overrides``. ``limit``: play a sample of that many tasks across the families, drawn with
-    ``task_seed`` (:func:`agents.task_sample.sample_tasks`). ``seeding``: ``"episode"`` (the
-    default) draws each reply with its own seed (:func:`agents.rollout.episode_seed` of ``seed``,
+    ``task_seed`` (:func:`agentenvs.agents.task_sample.sample_tasks`). ``seeding``: ``"episode"`` (the
+    default) draws each reply with its own seed (:func:`agentenvs.agents.rollout.episode_seed` of ``seed``,
     the episode and its turn), so an episode samples the same replies whatever shares its batch,
     ``max_active``, or whether the run was interrupted and resumed (with a backend whose rows are
     batch-independent, as the transformers backend's bfloat16 paths and the embedded agent
@@ -106,7 +106,7 @@ class EvalSettings:
     protocol_settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from agents.protocols import default_protocol, env_protocol
+        from agentenvs.agents.protocols import default_protocol, env_protocol
 
         self.n = self.n if self.n is not None else self.k
         if self.seeding not in SEEDINGS:
@@ -147,13 +147,13 @@ def evaluate(
 ) -> EvalResult:
     """Run (or resume) an evaluation and write its tables and plot; see the module docstring.
     ``skip_invalid``: resume past trajectory lines that fail validation (left in the file)
-    instead of stopping at the first (:func:`benchmarks.eval_resume.load_finished`)."""
+    instead of stopping at the first (:func:`agentenvs.benchmarks.eval_resume.load_finished`)."""
     from agentenvs.registration import make
-    from agents.policy import SamplingParams, make_policy
-    from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
-    from agents.task_sample import sample_tasks
-    from agents.trajectory import append_trajectory
-    from benchmarks.progress import RunProgress
+    from agentenvs.agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+    from agentenvs.agents.task_sample import sample_tasks
+    from agentenvs.agents.trajectory import append_trajectory
+    from agentenvs.benchmarks.progress import RunProgress
 
     out = Path(out_dir)
     path = out / TRAJECTORIES
@@ -446,7 +446,7 @@ def default_out(env_id: str, agent: str) -> Path:
 
 def env_workers_spec(spec: str, ray_address: str | None) -> str:
     """The ``--env-workers`` spec, checked, with ``--ray-address`` folded in."""
-    from agents.envworkers import parse_env_workers
+    from agentenvs.agents.envworkers import parse_env_workers
 
     parsed = parse_env_workers(spec)
     if ray_address is None:
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from agentenvs.registration import ENVIRONMENTS
-    from agents.policy import BackendUnavailableError
+    from agentenvs.agents.policy import BackendUnavailableError
 
     out = args.out or default_out(args.env_id, args.agent)
     if args.env_id not in ENVIRONMENTS:

@@ -1,24 +1,24 @@
 """Does RL learn? A held-out, multi-seed learning benchmark (TextCraft, Sokoban).
 
-    python -m benchmarks.learning_check --preset textcraft --out docs/learning-check
-    python -m benchmarks.learning_check --preset sokoban --out docs/learning-check/sokoban
+    python -m agentenvs.benchmarks.learning_check --preset textcraft --out docs/learning-check
+    python -m agentenvs.benchmarks.learning_check --preset sokoban --out docs/learning-check/sokoban
     make learning-check                      # both, resumable
 
-The code is :mod:`benchmarks.learning`; this module is its command line and keeps the names
+The code is :mod:`agentenvs.benchmarks.learning`; this module is its command line and keeps the names
 other code imports (the trainer tests' fixture builds its model with :func:`build_check_model`).
 """
 
 from __future__ import annotations
 
-from benchmarks.learning.model import (
+from agentenvs.benchmarks.learning.model import (
     CHECK_MODEL,
     SHORT_THOUGHT,
     build_check_model,
     build_env_model,
     expert_trajectories,
 )
-from benchmarks.learning.run import main, run_benchmark
-from benchmarks.learning.settings import PRESETS, BenchSettings, preset
+from agentenvs.benchmarks.learning.run import main, run_benchmark
+from agentenvs.benchmarks.learning.settings import PRESETS, BenchSettings, preset
 
 __all__ = [
     "CHECK_MODEL",

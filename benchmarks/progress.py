@@ -3,10 +3,10 @@
 :class:`RunProgress` draws a tqdm bar of finished episodes as soon as it is made (before the
 model loads: ``status`` says what is happening meanwhile) and a postfix with the episodes in
 flight, the turns played, generated tokens per second and the success rate so far. A daemon
-thread redraws it every ``interval`` seconds from the :class:`~agents.rollout.RolloutStats` the
+thread redraws it every ``interval`` seconds from the :class:`~agentenvs.agents.rollout.RolloutStats` the
 rollout fills after each generated turn, so the line advances per turn and its clock keeps
 moving during a long generation call. transformers' own "Loading weights" bar is silenced while
-models load (:func:`agents.models.quiet_loading`), so it cannot overwrite this one.
+models load (:func:`agentenvs.agents.models.quiet_loading`), so it cannot overwrite this one.
 """
 
 from __future__ import annotations

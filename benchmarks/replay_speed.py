@@ -1,11 +1,11 @@
 """Replay-validation speed on TextCraft: queries validated per second, and what snapshots save.
 
-    python -m benchmarks.replay_speed                 # the full table
-    python -m benchmarks.replay_speed --quick         # fewer repeats
-    python -m benchmarks.replay_speed --out results/replay_speed.md
+    python -m agentenvs.benchmarks.replay_speed                 # the full table
+    python -m agentenvs.benchmarks.replay_speed --quick         # fewer repeats
+    python -m agentenvs.benchmarks.replay_speed --out results/replay_speed.md
 
 Teacher trajectories are the scripted expert's on TextCraft's 100 test tasks, played by
-:func:`agents.rollout.run_rollouts` (so their messages are the paper's format). Two query sets:
+:func:`agentenvs.agents.rollout.run_rollouts` (so their messages are the paper's format). Two query sets:
 
 * ``paper``: per trajectory the raw query and the fixed-ratio cuts of ``paper-a`` (0.1, 0.3,
   0.5): at most 3 + 1 queries, the size of the default entropy-change top-3;
@@ -25,12 +25,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.timing import SpeedRow, format_table, median_time, report
-from replay.cuts import CutConfig, CutStrategy, queries_for_trajectory
-from replay.io import QUERY_SCHEMA, write_rows
-from replay.query import CutQuery, DroppedCut, build_query, raw_query
-from replay.stages import run_validate
-from replay.validate import EnvPool, ReplayStats, ValidationStatus, validate_queries
+from agentenvs.benchmarks.timing import SpeedRow, format_table, median_time, report
+from agentenvs.replay.cuts import CutConfig, CutStrategy, queries_for_trajectory
+from agentenvs.replay.io import QUERY_SCHEMA, write_rows
+from agentenvs.replay.query import CutQuery, DroppedCut, build_query, raw_query
+from agentenvs.replay.stages import run_validate
+from agentenvs.replay.validate import EnvPool, ReplayStats, ValidationStatus, validate_queries
 
 __all__ = ["ENV_ID", "TARGET_PER_SECOND", "bench", "expert_trajectories", "main"]
 
@@ -41,8 +41,8 @@ TARGET_PER_SECOND = 500.0
 def expert_trajectories(split: str = "test") -> list:
     """The expert's trajectories on every task of ``split``, one sample each."""
     from agentenvs import make
-    from agents.rollout import plan_episodes, run_rollouts
-    from agents.scripted import ExpertPolicy
+    from agentenvs.agents.rollout import plan_episodes, run_rollouts
+    from agentenvs.agents.scripted import ExpertPolicy
 
     ids = make(ENV_ID).task_ids(split)
     return run_rollouts(ExpertPolicy(), ENV_ID, plan_episodes(ids, 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.metrics import MetricRow
+from agentenvs.benchmarks.metrics import MetricRow
 
 __all__ = ["plot_rows"]
 

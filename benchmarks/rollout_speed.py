@@ -1,20 +1,20 @@
 """Rollout throughput: batched generation vs one episode at a time, and the environments' share.
 
-    python -m benchmarks.rollout_speed --threads 1   # 8 TextCraft episodes, tiny local model
-    python -m benchmarks.rollout_speed --quick
-    python -m benchmarks.rollout_speed --no-prefix-cache      # re-encode every turn's prompt
-    python -m benchmarks.rollout_speed --model-dir DIR        # another model
-    python -m benchmarks.rollout_speed --embedded --threads 1  # SmolLM2-135M, the eval agent
-    python -m benchmarks.rollout_speed --embedded --eval-speedup --threads 1
+    python -m agentenvs.benchmarks.rollout_speed --threads 1   # 8 TextCraft episodes, tiny local model
+    python -m agentenvs.benchmarks.rollout_speed --quick
+    python -m agentenvs.benchmarks.rollout_speed --no-prefix-cache      # re-encode every turn's prompt
+    python -m agentenvs.benchmarks.rollout_speed --model-dir DIR        # another model
+    python -m agentenvs.benchmarks.rollout_speed --embedded --threads 1  # SmolLM2-135M, the eval agent
+    python -m agentenvs.benchmarks.rollout_speed --embedded --eval-speedup --threads 1
 
 ``--embedded`` runs SmolLM2-135M (the ``embedded`` agent) with that agent's backend options
-(:data:`agents.embedded.EMBEDDED_OPTIONS`: bfloat16 matrix products where the CPU has them;
-one-token steps as a flat loop over the layers (:mod:`agents.backends.cpu_decode_step`) with the
-compiled kernels of :mod:`agents.backends.cpu_kernels` for attention, the 4-bit decoder weights
-(:mod:`agents.backends.cpu_int4`), the 8-bit LM head and the sampler, and the system prompt read
-once per step for the whole batch (:mod:`agents.backends.cpu_attention`); prompts prefilled in
+(:data:`agentenvs.agents.embedded.EMBEDDED_OPTIONS`: bfloat16 matrix products where the CPU has them;
+one-token steps as a flat loop over the layers (:mod:`agentenvs.agents.backends.cpu_decode_step`) with the
+compiled kernels of :mod:`agentenvs.agents.backends.cpu_kernels` for attention, the 4-bit decoder weights
+(:mod:`agentenvs.agents.backends.cpu_int4`), the 8-bit LM head and the sampler, and the system prompt read
+once per step for the whole batch (:mod:`agentenvs.agents.backends.cpu_attention`); prompts prefilled in
 chunks, every row's next chunk in one shared forward pass, with the compiled attention on CPUs
-with AMX tiles, :mod:`agents.backends.prefill`);
+with AMX tiles, :mod:`agentenvs.agents.backends.prefill`);
 ``--opt KEY=VALUE`` overrides one of them, e.g. ``--opt decode_weights=model --opt
 decode_attention=sdpa --opt prefill_attention=sdpa`` for the plain bfloat16 path.
 ``--eval-speedup`` adds the eval-side figure: the same batched episodes decoded with the
@@ -23,7 +23,7 @@ batch's last one ends, ``torch.multinomial`` draws) and with the current ones, i
 process, interleaved, best of the repeats; target 3x.
 
 Both runs play the same 8 TextCraft test episodes with the tiny random Qwen3 model
-(:func:`agents.tiny_model.build_tiny_model`) on the transformers backend, with per-episode
+(:func:`agentenvs.agents.tiny_model.build_tiny_model`) on the transformers backend, with per-episode
 sampling seeds (``RolloutConfig(episode_seeds=True)``), so that both sample the same replies
 wherever the backend's rows are batch-independent (the summary gives the share of identical
 replies and both token counts: with one seed per call the two runs sampled different replies,
@@ -39,7 +39,7 @@ The second figure is the share of the batched run's wall time spent inside envir
 token (steadier than wall time on a shared machine when ``--threads 1``) and the share of
 prompt tokens the prefix cache reused (each turn's prompt extends the previous turn's, so only
 the new observation, the next assistant header and whatever of the reply re-tokenizes
-differently are encoded; see :mod:`agents.backends.kv_cache`).
+differently are encoded; see :mod:`agentenvs.agents.backends.kv_cache`).
 
 Where the time goes with the tiny model (``--threads 1``, prefix cache on, 8 episodes x 4 turns x
 48 tokens; timers around the backend's parts, one run, a 2-core AMD EPYC Zen 4, December 2026;
@@ -48,7 +48,7 @@ takes 2.3 s, of which about 1.8 s in 1,365 one-row decoding steps (1.3 ms each, 
 Python and framework overhead), 0.3 s prefill, 0.12 s sampling and 0.07 s rendering prompts;
 the batched run 0.84 s, of which about 0.53 s in at most 188 decoding steps of up to eight
 rows (2.8 ms or more each), 0.2 s prefill, 0.03 s sampling and 0.05 s rendering (2.74x; 2.87x
-in ``benchmarks.rollout_speed --threads 1`` the same hour). Batching shares the per-step
+in ``agentenvs.benchmarks.rollout_speed --threads 1`` the same hour). Batching shares the per-step
 overhead, but the rest is work *per row* that batching cannot share on a CPU:
 
 * the attention of every row over its own 1,200-1,700-token context: with the tiny model's
@@ -80,7 +80,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.timing import SpeedRow, format_table, report
+from agentenvs.benchmarks.timing import SpeedRow, format_table, report
 
 __all__ = ["EvalSpeedup", "RolloutSpeed", "main", "measure", "measure_eval_speedup"]
 
@@ -162,10 +162,10 @@ def measure(
     import torch
 
     from agentenvs.registration import make
-    from agents.backends.transformers_backend import TransformersPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     torch.manual_seed(0)
     threads_before = torch.get_num_threads()
@@ -288,9 +288,9 @@ def measure_eval_speedup(
     import torch
 
     from agentenvs.registration import make
-    from agents.backends.transformers_backend import TransformersPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
 
     threads_before = torch.get_num_threads()
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     options: dict = {}
     if args.embedded:
-        from agents.embedded import embedded_model_dir, embedded_options
+        from agentenvs.agents.embedded import embedded_model_dir, embedded_options
 
         args.model_dir, options = embedded_model_dir(), embedded_options()
     for item in args.opt:

@@ -1,12 +1,12 @@
 """Training speed: tokens per second and where an RL iteration's time goes.
 
-    python -m benchmarks.train_speed --mode cpu            # the RL loop with the tiny model
-    python -m benchmarks.train_speed --mode gpu            # Qwen3-1.7B shape, bf16 (needs CUDA)
-    python -m benchmarks.train_speed --mode gpu --device cpu --shape small   # the GPU code path,
+    python -m agentenvs.benchmarks.train_speed --mode cpu            # the RL loop with the tiny model
+    python -m agentenvs.benchmarks.train_speed --mode gpu            # Qwen3-1.7B shape, bf16 (needs CUDA)
+    python -m agentenvs.benchmarks.train_speed --mode gpu --device cpu --shape small   # the GPU code path,
                                                            # checked on CPU with a small shape
 
-``cpu`` runs the real loop (:class:`train.rl.RLTrainer`, PTGPO) on TextCraft with the tiny
-randomly initialised model (:func:`agents.tiny_model.build_tiny_model`, the paper's prompts) and
+``cpu`` runs the real loop (:class:`agentenvs.train.rl.RLTrainer`, PTGPO) on TextCraft with the tiny
+randomly initialised model (:func:`agentenvs.agents.tiny_model.build_tiny_model`, the paper's prompts) and
 reports, per iteration after a warm-up one: training tokens per second in the update (prompt and
 reply tokens of every row, times the PPO epochs, over the update's time), end-to-end tokens per
 second, generated tokens per second, and the shares of time in rollout, advantage, old-log-prob
@@ -27,8 +27,8 @@ in generated tokens per second, against the trainer's forward pass over the same
 old-log-prob pass) in tokens per second, and their ratio: how much faster the trainer reads a
 token than the rollout engine writes one (the gap vLLM closes).
 
-    python -m benchmarks.train_speed --mode generate      # Qwen3-1.7B shape on CUDA
-    python -m benchmarks.train_speed --mode generate --device cpu --shape small
+    python -m agentenvs.benchmarks.train_speed --mode generate      # Qwen3-1.7B shape on CUDA
+    python -m agentenvs.benchmarks.train_speed --mode generate --device cpu --shape small
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def update_flops(shape: ModelShape, n_body: int, prompt: int, response: int) -> 
 def _synthetic_rows(rows: int, prompt: int, response: int, vocab: int, seed: int) -> list[Any]:
     import torch
 
-    from train.rl.batch import StepRow
+    from agentenvs.train.rl.batch import StepRow
 
     generator = torch.Generator().manual_seed(seed)
     out = []
@@ -162,7 +162,7 @@ def _timed_old_log_probs(
     model: Any, rows: list[Any], micro_batch_size: int, device: Any, precision: str
 ) -> float:
     """Seconds of the trainer's old-log-prob pass over ``rows`` (device work included)."""
-    from train.rl.update import recompute_old_log_probs
+    from agentenvs.train.rl.update import recompute_old_log_probs
 
     _sync(device)
     start = time.perf_counter()
@@ -193,13 +193,13 @@ def update_speed(
     """Time the old-log-prob pass and one PPO epoch on ``rows`` synthetic rows."""
     import torch
 
-    from train.losses import PolicyLossConfig
-    from train.rl.update import (
+    from agentenvs.train.losses import PolicyLossConfig
+    from agentenvs.train.rl.update import (
         UpdateSettings,
         apply_correction,
         ppo_update,
     )
-    from train.runtime import make_optimizer, make_scheduler
+    from agentenvs.train.runtime import make_optimizer, make_scheduler
 
     dev = torch.device(device)
     model = _random_model(shape, dev, seed)
@@ -284,7 +284,7 @@ def generate_speed(
     tokens, then the old-log-prob pass over the generated sequences (after a warm-up of each)."""
     import torch
 
-    from train.runtime import autocast_context
+    from agentenvs.train.runtime import autocast_context
 
     dev = torch.device(device)
     model = _random_model(shape, dev, seed)
@@ -340,9 +340,9 @@ def generate_speed(
 
 def loop_speed(out_dir: str | Path, *, iterations: int = 4, algo: str = "ptgpo") -> dict[str, Any]:
     """The RL loop on CPU with the tiny model; medians over the iterations after the first."""
-    from agents.tiny_model import build_tiny_model
-    from train.config import load_config
-    from train.rl import RLConfig, RLTrainer
+    from agentenvs.agents.tiny_model import build_tiny_model
+    from agentenvs.train.config import load_config
+    from agentenvs.train.rl import RLConfig, RLTrainer
 
     out = Path(out_dir)
     model = build_tiny_model(out / "tiny")

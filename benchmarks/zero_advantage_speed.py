@@ -1,11 +1,11 @@
 """No wasted passes: the trainer's side of an iteration with and without the zero-advantage skip.
 
-    python -m benchmarks.zero_advantage_speed [--rows 64] [--zero-frac 1.0 0.75 0.0]
+    python -m agentenvs.benchmarks.zero_advantage_speed [--rows 64] [--zero-frac 1.0 0.75 0.0]
 
 A batch where every group had equal rewards (all advantages 0, prefix advantage 0) cannot change
 a weight; the trainer skips the old-log-prob and update passes of such rows
-(:func:`train.rl.update.zero_advantage_rows`) and, when no row has a signal, the optimizer step.
-This times the old-log-prob pass plus the PPO epochs (what :meth:`train.rl.RLTrainer.iteration`
+(:func:`agentenvs.train.rl.update.zero_advantage_rows`) and, when no row has a signal, the optimizer step.
+This times the old-log-prob pass plus the PPO epochs (what :meth:`agentenvs.train.rl.RLTrainer.iteration`
 runs after the rollout) on synthetic rows with a share ``zero-frac`` of zero-advantage rows, with
 the skip off (every pass, as before) and on, in the same run on the same model, and prints the
 ratio. The rollout is not part of it (it is the same either way).
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.timing import report
-from benchmarks.train_speed import SMALL_SHAPE, _random_model, _synthetic_rows
+from agentenvs.benchmarks.timing import report
+from agentenvs.benchmarks.train_speed import SMALL_SHAPE, _random_model, _synthetic_rows
 
 __all__ = ["main", "trainer_side_seconds"]
 
@@ -33,8 +33,8 @@ def trainer_side_seconds(
     """Seconds of old log-probs + PPO epochs over ``rows`` (a copy of ``model``), and metrics."""
     import torch
 
-    from train.losses import PolicyLossConfig
-    from train.rl.update import (
+    from agentenvs.train.losses import PolicyLossConfig
+    from agentenvs.train.rl.update import (
         UpdateSettings,
         ppo_update,
         recompute_old_log_probs,

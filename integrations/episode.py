@@ -1,15 +1,15 @@
 """One agentenvs episode driven by a foreign trainer's generation loop, under a benchmark protocol.
 
-Both engine adapters (:mod:`integrations.trl`, :mod:`integrations.verl.agent_loop`) play an
-episode the way :func:`agents.rollout.run_rollouts` does, one reply at a time, with the same
-protocol application (:class:`agents.protocol_rules.ProtocolRules`; ``protocol="default"``: the
-environment's default protocol, :data:`agents.protocols.DEFAULT_PROTOCOLS`; None: none):
+Both engine adapters (:mod:`agentenvs.integrations.trl`, :mod:`agentenvs.integrations.verl.agent_loop`) play an
+episode the way :func:`agentenvs.agents.rollout.run_rollouts` does, one reply at a time, with the same
+protocol application (:class:`agentenvs.agents.protocol_rules.ProtocolRules`; ``protocol="default"``: the
+environment's default protocol, :data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; None: none):
 
 * the environment is made with the protocol's keywords (its variant, e.g. ALFWorld's
   ``game_version``), then ``env_kwargs``;
-* the prompt is :class:`agents.prompts.Conversation`'s with the protocol's prompt and history
+* the prompt is :class:`agentenvs.agents.prompts.Conversation`'s with the protocol's prompt and history
   window (system prompt, first user turn, each observation rendered by
-  :func:`agents.prompts.render_observation`);
+  :func:`agentenvs.agents.prompts.render_observation`);
 * a reply is parsed by the protocol's parser. An unparseable one is, under ``unparseable =
   "feedback"``, answered with the protocol's feedback without stepping the environment
   (recorded with ``valid=False`` and the action ``"<invalid format>"``); under ``"project"``
@@ -24,7 +24,7 @@ environment's default protocol, :data:`agents.protocols.DEFAULT_PROTOCOLS`; None
 
 :meth:`TextEpisode.act` takes an action that is already separate from any thought (TRL's tool
 argument): it goes through the same parser, and a bare action that the reply format would wrap
-(written with :func:`agents.prompts.format_reply` and parsed again) is taken as it is.
+(written with :func:`agentenvs.agents.prompts.format_reply` and parsed again) is taken as it is.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.parsing import ParseResult, ReplyFormat, parse_reply
-from agents.prompts import INVALID_ACTION_PLACEHOLDER, Conversation
-from agents.protocol_rules import ProtocolRules
+from agentenvs.agents.parsing import ParseResult, ReplyFormat, parse_reply
+from agentenvs.agents.prompts import INVALID_ACTION_PLACEHOLDER, Conversation
+from agentenvs.agents.protocol_rules import ProtocolRules
 
 __all__ = ["INVALID_ACTION", "EpisodeStep", "TextEpisode", "make_env"]
 
@@ -66,7 +66,7 @@ class EpisodeStep:
     @property
     def format_valid(self) -> bool:
         """False for a reply the protocol's invalid-action penalty applies to (as
-        ``train.rl.batch`` decides: unparseable, or projected)."""
+        ``agentenvs.train.rl.batch`` decides: unparseable, or projected)."""
         return self.stepped and not self.projected
 
 

@@ -9,7 +9,7 @@ the chat template's tool-call syntax, and its return value is the tool message; 
 
 :func:`environment_factory` builds that class for any agentenvs id::
 
-    from integrations.trl import environment_factory, train_dataset
+    from agentenvs.integrations.trl import environment_factory, train_dataset
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer, args=GRPOConfig(...),
         train_dataset=train_dataset("TextCraft-v0", split="train"),
@@ -18,14 +18,14 @@ the chat template's tool-call syntax, and its return value is the tool message; 
 
 * the prompt is ours: :func:`train_dataset` rows carry the environment's system prompt and the
   ``task_id``; ``reset`` loads that task and returns the first user turn
-  (:class:`agents.prompts.Conversation`), followed by one sentence that says to act through the
+  (:class:`agentenvs.agents.prompts.Conversation`), followed by one sentence that says to act through the
   ``act`` tool (:data:`TOOL_NOTE`);
 * the episode plays under a benchmark protocol (``protocol``, default: the environment's,
-  :data:`agents.protocols.DEFAULT_PROTOCOLS`; None: none): its environment keywords, prompt,
+  :data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; None: none): its environment keywords, prompt,
   parser, unparseable-reply handling and training turn limit, as ``agentenvs train rl`` plays
-  it (:class:`integrations.episode.TextEpisode`);
+  it (:class:`agentenvs.integrations.episode.TextEpisode`);
 * the model acts with one tool, ``act(action)``; the action goes through the protocol's parser
-  (:meth:`integrations.episode.TextEpisode.act`: the reply format, e.g. ``[[ x ]]``, or a bare
+  (:meth:`agentenvs.integrations.episode.TextEpisode.act`: the reply format, e.g. ``[[ x ]]``, or a bare
   ``x``); an unparseable one gets the protocol's feedback (or, under a projecting protocol, its
   projection is stepped) and uses a turn, as in our rollouts;
 * ``act`` returns the environment's next observation (TRL keeps the conversation, so the tool
@@ -47,9 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agents.prompts import system_prompt
-from agents.protocol_rules import ProtocolRules
-from integrations.episode import TextEpisode, make_env
+from agentenvs.agents.prompts import system_prompt
+from agentenvs.agents.protocol_rules import ProtocolRules
+from agentenvs.integrations.episode import TextEpisode, make_env
 
 __all__ = [
     "EPISODE_OVER",
@@ -86,7 +86,7 @@ class AgentenvsEnvironment:
 
     def __init__(self) -> None:
         if not self.env_id:
-            raise TypeError("use integrations.trl.environment_factory(env_id) to make this class")
+            raise TypeError("use agentenvs.integrations.trl.environment_factory(env_id) to make this class")
         self._episode = TextEpisode(
             self.env_id,
             max_turns=self.max_turns,

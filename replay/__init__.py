@@ -2,19 +2,19 @@
 
 Prefix-GRPO's data side (papers/prefix-grpo.txt §3.1-3.2, appendix 6.2-6.3):
 
-* :mod:`replay.cuts` — cut selection (entropy-change, raw-entropy, fixed-ratio; one raw
-  no-prefix query per trajectory), on :mod:`replay.scoring`'s teacher-forced entropy;
-* :mod:`replay.validate` — replay validation (validated / mismatch / unverifiable / error) with
+* :mod:`agentenvs.replay.cuts` — cut selection (entropy-change, raw-entropy, fixed-ratio; one raw
+  no-prefix query per trajectory), on :mod:`agentenvs.replay.scoring`'s teacher-forced entropy;
+* :mod:`agentenvs.replay.validate` — replay validation (validated / mismatch / unverifiable / error) with
   snapshot reuse across the cuts of one trajectory;
-* :mod:`replay.sidecar` — canonical prompts and prefix sidecars (span, mask, old log-probs);
-* :mod:`replay.stages` — the file-to-file stages behind ``agentenvs replay cuts|validate|sidecar``.
+* :mod:`agentenvs.replay.sidecar` — canonical prompts and prefix sidecars (span, mask, old log-probs);
+* :mod:`agentenvs.replay.stages` — the file-to-file stages behind ``agentenvs replay cuts|validate|sidecar``.
 
 Importing this package does not import torch; the model is loaded only by the stages that need it.
 """
 
 from __future__ import annotations
 
-from replay.cuts import (
+from agentenvs.replay.cuts import (
     FIXED_RATIO_PRESETS,
     CutConfig,
     CutStrategy,
@@ -27,7 +27,7 @@ from replay.cuts import (
     token_scores,
     top_k_turns,
 )
-from replay.io import (
+from agentenvs.replay.io import (
     QUERY_SCHEMA,
     SAMPLE_SCHEMA,
     VALIDATED_SCHEMA,
@@ -35,7 +35,7 @@ from replay.io import (
     read_rows,
     write_rows,
 )
-from replay.query import (
+from agentenvs.replay.query import (
     RAW_STRATEGY,
     CutQuery,
     DroppedCut,
@@ -43,9 +43,9 @@ from replay.query import (
     build_query,
     raw_query,
 )
-from replay.sidecar import PrefixSidecar, canonical_messages, compute_sidecars, sidecar_violations
-from replay.stages import run_cuts, run_sidecar, run_validate
-from replay.validate import (
+from agentenvs.replay.sidecar import PrefixSidecar, canonical_messages, compute_sidecars, sidecar_violations
+from agentenvs.replay.stages import run_cuts, run_sidecar, run_validate
+from agentenvs.replay.validate import (
     EnvPool,
     ReplayStats,
     TrajectoryReplayer,

@@ -21,7 +21,7 @@ __all__ = ["cuts_main", "sidecar_main", "validate_main"]
 
 
 def _ratios(text: str) -> tuple[float, ...]:
-    from replay.cuts import FIXED_RATIO_PRESETS
+    from agentenvs.replay.cuts import FIXED_RATIO_PRESETS
 
     if text in FIXED_RATIO_PRESETS:
         return FIXED_RATIO_PRESETS[text]
@@ -37,7 +37,7 @@ def _ratios(text: str) -> tuple[float, ...]:
 def _run_stage(parser: argparse.ArgumentParser, out: Path, stage: Callable[[], Any]) -> Any:
     """Run a stage and print its summary table; bad input (a ``ValueError`` or a missing file)
     is a usage error with the message, not a traceback. Returns the summary."""
-    from agents.models import ModelNotFoundError
+    from agentenvs.agents.models import ModelNotFoundError
 
     try:
         summary = stage()
@@ -51,9 +51,9 @@ def _run_stage(parser: argparse.ArgumentParser, out: Path, stage: Callable[[], A
 
 
 def _model(name: str | None) -> str | None:
-    """``--model``: embedded, a local directory or a hub id (:func:`agents.models.resolve_model`;
+    """``--model``: embedded, a local directory or a hub id (:func:`agentenvs.agents.models.resolve_model`;
     a bad one is a ``ValueError``, printed as a usage error)."""
-    from agents.models import resolve_model
+    from agentenvs.agents.models import resolve_model
 
     return None if name is None else resolve_model(name)
 
@@ -80,8 +80,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def cuts_main(argv: list[str]) -> int:
     """``agentenvs replay cuts``: teacher trajectories -> cut-state queries."""
-    from replay.cuts import CutConfig, CutStrategy
-    from replay.stages import run_cuts
+    from agentenvs.replay.cuts import CutConfig, CutStrategy
+    from agentenvs.replay.stages import run_cuts
 
     parser = argparse.ArgumentParser(
         prog="agentenvs replay cuts",
@@ -140,7 +140,7 @@ def cuts_main(argv: list[str]) -> int:
 
 def validate_main(argv: list[str]) -> int:
     """``agentenvs replay validate``: cut-state queries -> replay-validated queries."""
-    from replay.stages import run_validate
+    from agentenvs.replay.stages import run_validate
 
     parser = argparse.ArgumentParser(
         prog="agentenvs replay validate",
@@ -171,7 +171,7 @@ def validate_main(argv: list[str]) -> int:
 
 def sidecar_main(argv: list[str]) -> int:
     """``agentenvs replay sidecar``: validated queries -> canonical prompts with sidecars."""
-    from replay.stages import STATUSES, run_sidecar
+    from agentenvs.replay.stages import STATUSES, run_sidecar
 
     parser = argparse.ArgumentParser(
         prog="agentenvs replay sidecar",

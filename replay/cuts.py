@@ -13,7 +13,7 @@ Prefix-GRPO §3.1 and appendix 6.2.0.1, with REFERENCE.md's exact rules:
   (``N`` assistant turns; distinct turns only), the paper's two sets as presets;
 * a cut after turn ``t`` makes a query whose prompt ends at the observation that followed ``t``;
   a cut whose continuation does not start with an observation is dropped (and counted), and
-  every trajectory also gives one raw no-prefix query (:func:`replay.query.raw_query`).
+  every trajectory also gives one raw no-prefix query (:func:`agentenvs.replay.query.raw_query`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from replay.query import CutQuery, DroppedCut, build_query, raw_query
-from replay.tokens import RenderedChat, render_chat
+from agentenvs.agents.trajectory import Trajectory
+from agentenvs.replay.query import CutQuery, DroppedCut, build_query, raw_query
+from agentenvs.replay.tokens import RenderedChat, render_chat
 
 __all__ = [
     "FIXED_RATIO_PRESETS",

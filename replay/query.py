@@ -6,12 +6,12 @@ the prefix, the recorded cut observation, and the one-step probe (the teacher's 
 what the environment answered). :func:`build_query` makes one from a trajectory and a turn;
 :func:`raw_query` the no-prefix query every trajectory also contributes.
 
-Alignment with :class:`agents.trajectory.Trajectory`: the i-th assistant message is the reply of
+Alignment with :class:`agentenvs.agents.trajectory.Trajectory`: the i-th assistant message is the reply of
 ``steps[i]``; the message after it, when it is a user message, shows ``steps[i].observation``
 (the environment's answer, or the harness's format feedback when ``steps[i].action`` is None and
 the environment was not stepped).
 
-The prompt of a query is what the policy sees at the cut state: :func:`agents.prompts.
+The prompt of a query is what the policy sees at the cut state: :func:`agentenvs.agents.prompts.
 prompt_messages` rebuilt from the stored messages with the trajectory's history window
 (``metadata["history"]``). For the paper's chat-style prompts with every turn kept (TextCraft,
 BabyAI, ALFWorld) that is exactly system + prefix history + cut-state observation; for a
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from agents.trajectory import Trajectory
+from agentenvs.agents.trajectory import Trajectory
 
 __all__ = [
     "DROP_EPISODE_OVER",
@@ -161,7 +161,7 @@ def _common(traj: Trajectory, index: int) -> dict[str, Any]:
 def _prompt_at(traj: Trajectory, end: int) -> list[dict[str, str]]:
     """The prompt the policy sees when the user message ``end - 1`` is the latest one (see the
     module docstring)."""
-    from agents.prompts import UnknownPromptError, prompt_messages
+    from agentenvs.agents.prompts import UnknownPromptError, prompt_messages
 
     user_turn = sum(1 for m in traj.messages[:end] if m.get("role") == "user") - 1
     try:

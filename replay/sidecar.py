@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from replay.tokens import RenderedChat, render_chat
+from agentenvs.replay.tokens import RenderedChat, render_chat
 
 __all__ = [
     "PrefixSidecar",

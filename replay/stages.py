@@ -3,7 +3,7 @@
     trajectories.jsonl --run_cuts--> queries.jsonl --run_validate--> validated.jsonl
         --run_sidecar--> samples.jsonl
 
-Each stage reads the previous stage's file (:mod:`replay.io` checks its schema and version),
+Each stage reads the previous stage's file (:mod:`agentenvs.replay.io` checks its schema and version),
 writes its own, shows a progress bar and returns a summary whose :meth:`table` is what the
 ``agentenvs replay ...`` commands print: counts by environment and strategy (and status), with the
 validated ratio per environment.
@@ -19,9 +19,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from agents.trajectory import Trajectory, read_trajectories
-from replay.cuts import CutConfig, assistant_entropies, queries_for_trajectory
-from replay.io import (
+from agentenvs.agents.trajectory import Trajectory, read_trajectories
+from agentenvs.replay.cuts import CutConfig, assistant_entropies, queries_for_trajectory
+from agentenvs.replay.io import (
     QUERY_SCHEMA,
     SAMPLE_SCHEMA,
     VALIDATED_SCHEMA,
@@ -29,11 +29,11 @@ from replay.io import (
     read_rows,
     write_rows,
 )
-from replay.query import CutQuery, TrajectoryShapeError
-from replay.scoring import TokenScorer, load_model
-from replay.sidecar import compute_sidecars
-from replay.tokens import ChatTemplateError, render_chat
-from replay.validate import EnvPool, ReplayStats, ValidationStatus, validate_queries
+from agentenvs.replay.query import CutQuery, TrajectoryShapeError
+from agentenvs.replay.scoring import TokenScorer, load_model
+from agentenvs.replay.sidecar import compute_sidecars
+from agentenvs.replay.tokens import ChatTemplateError, render_chat
+from agentenvs.replay.validate import EnvPool, ReplayStats, ValidationStatus, validate_queries
 
 __all__ = [
     "CutsSummary",

@@ -44,7 +44,7 @@ from agentenvs.core import (
     TextEnv,
     match_text,
 )
-from replay.query import CutQuery
+from agentenvs.replay.query import CutQuery
 
 __all__ = [
     "EnvPool",

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from agentenvs.core import did_you_mean
-from train._groups import (
+from agentenvs.train._groups import (
     as_numpy,
     check_length,
     factorize,
@@ -68,7 +68,7 @@ from train._groups import (
     group_standardize,
     group_std,
 )
-from train.reference_advantages import (
+from agentenvs.train.reference_advantages import (
     Step,
     gigpo_advantages,
     ptgpo_advantages,

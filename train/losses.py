@@ -2,7 +2,7 @@
 
 Every loss returns ``(loss, metrics)``: a scalar tensor to backpropagate and a dict of floats
 with prefixed keys (``actor/clipfrac``, ``rollout/rejected_frac``, ``prefix/kl``). Prefix-GRPO's
-objectives live in :mod:`train.prefix_loss` and are re-exported here.
+objectives live in :mod:`agentenvs.train.prefix_loss` and are re-exported here.
 
 Shapes: B rows, L response tokens. ``log_prob`` / ``old_log_prob`` / ``advantages`` / ``mask``
 are (B, L); ``log_prob`` carries the gradient, the others are data.
@@ -46,7 +46,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from train._groups import as_numpy, check_length, factorize
+from agentenvs.train._groups import as_numpy, check_length, factorize
 
 __all__ = [
     "AGG_MODES",
@@ -383,7 +383,7 @@ def _check_agg_mode(mode: str) -> None:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose from {list(AGG_MODES)}")
 
 
-# Prefix-GRPO's objectives live in train.prefix_loss (which builds on this module); they are
+# Prefix-GRPO's objectives live in agentenvs.train.prefix_loss (which builds on this module); they are
 # re-exported here lazily (PEP 562) so that either module can be imported first.
 _PREFIX_NAMES = (
     "PREFIX_ADVANTAGE_MODES",
@@ -404,7 +404,7 @@ __all__ += list(_PREFIX_NAMES)
 
 def __getattr__(name: str) -> object:
     if name in _PREFIX_NAMES:
-        from train import prefix_loss
+        from agentenvs.train import prefix_loss
 
         return getattr(prefix_loss, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ token s + 1) pads one column on the left first. The reference code gathered the 
 the padding offset, so its prefix loss read padding and neighbouring tokens; with the policy
 equal to the SFT model our prefix ratio is 1 and the prefix KL 0 (tested).
 
-Objectives, with g(r, A; lo, hi) the clipped surrogate of :mod:`train.losses` (dual clip too)
+Objectives, with g(r, A; lo, hi) the clipped surrogate of :mod:`agentenvs.train.losses` (dual clip too)
 --------------------------------------------------------------------------------------------
 - split (main): L = L_cont + weight * L_pre, L_cont = agg(g(r_cont, A_cont; policy clip)),
   L_pre = agg(g(r_pre, A_pre; prefix clip)) over the prefix mask, r_pre = exp(log pi - l_old);
@@ -57,8 +57,8 @@ import torch
 import torch.nn.functional as F
 
 from agentenvs.core import did_you_mean
-from train._groups import as_numpy, check_length, factorize
-from train.losses import (
+from agentenvs.train._groups import as_numpy, check_length, factorize
+from agentenvs.train.losses import (
     PolicyLossConfig,
     RolloutCorrection,
     agg_loss,
@@ -400,7 +400,7 @@ def prefix_grpo_loss(
     :func:`gather_prefix_log_probs`, old log-probs and mask from ``prefix``, and
     ``prefix_advantage`` (B,) from :func:`prefix_advantages`.
 
-    ``denominator`` / ``prefix_denominator`` (see :func:`train.losses.agg_loss`): the whole
+    ``denominator`` / ``prefix_denominator`` (see :func:`agentenvs.train.losses.agg_loss`): the whole
     mini-batch's count for the continuation and prefix branches when this call sees one
     micro-batch of it (split); the joint objective divides by ``denominator``, which then counts
     both token groups (prefix and continuation) and ``prefix_denominator`` must be None.

@@ -2,8 +2,8 @@
 
 These follow ``papers/ptgpo-equations.md`` line by line with Python lists and dicts, so that a
 reader can check them against the equations; the registered estimators in
-:mod:`train.advantages` (vectorised over whole batches) are tested against them. They are
-re-exported by :mod:`train.advantages`.
+:mod:`agentenvs.train.advantages` (vectorised over whole batches) are tested against them. They are
+re-exported by :mod:`agentenvs.train.advantages`.
 
 A group is ``episodes``: a list of N episodes, each a list of ``(anchor, action, reward)``
 steps (anchor observation string, parsed action string, reward r_t). Every function returns one

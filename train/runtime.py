@@ -7,7 +7,7 @@ keyed by parameter name, unsharded), ``trainer_state.pt`` (scheduler, RNG states
 position), ``config.json``. ``<out>/checkpoints/latest`` names the newest complete one; a
 checkpoint is written to a temporary folder and renamed, so an interrupted save never leaves a
 broken "latest". Every tensor is saved whole, so a checkpoint written by N ``torchrun``
-processes (rank 0 writes; :mod:`train.distributed`) resumes on any number of processes.
+processes (rank 0 writes; :mod:`agentenvs.train.distributed`) resumes on any number of processes.
 Version 1 checkpoints (the optimizer state keyed by position, inside ``trainer_state.pt``)
 still resume in one process.
 """
@@ -187,9 +187,9 @@ def save_checkpoint(
 ) -> Path:
     """Write ``<out_dir>/checkpoints/step-<n>`` atomically and point ``latest`` at it.
 
-    Distributed (``ctx``: a :class:`~train.distributed.DistContext` with several ranks): every
+    Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` with several ranks): every
     rank calls it (the full tensors are gathered), rank 0 writes, all wait for it."""
-    from train.distributed import DistContext, full_model_state, full_optimizer_state, is_sharded
+    from agentenvs.train.distributed import DistContext, full_model_state, full_optimizer_state, is_sharded
 
     ctx = ctx or DistContext()
     root = Path(out_dir) / "checkpoints"
@@ -252,7 +252,7 @@ def load_checkpoint(
     ``model`` (the one ``optimizer`` steps, sharded or not) is needed for version-2
     checkpoints, whose optimizer state is keyed by parameter name; distributed, every rank calls
     this and rank 0's copy of the optimizer state is broadcast and sharded."""
-    from train.distributed import DistContext, is_sharded, load_optimizer_state
+    from agentenvs.train.distributed import DistContext, is_sharded, load_optimizer_state
 
     ctx = ctx or DistContext()
     blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)

@@ -7,7 +7,7 @@ similar lengths, gradients accumulate to the global batch, and the loss is the t
 the global batch. The schedule is linear warmup then cosine; bf16 autocast where the device has
 it. Checkpoints reload with plain transformers and resume exactly (model, optimizer, scheduler,
 RNG states, data position). Under ``torchrun`` the same command trains on many processes
-(FSDP2; :mod:`train.distributed`), with the same schedule and checkpoints.
+(FSDP2; :mod:`agentenvs.train.distributed`), with the same schedule and checkpoints.
 
     agentenvs train sft --model DIR --data trajectories.jsonl --out runs/sft [key=value ...]
     torchrun --nproc-per-node=8 -m agentenvs.cli train sft --model DIR --data T.jsonl --out D
@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 
-from agents.models import ModelNotFoundError, resolve_model
-from agents.trajectory import Trajectory, read_trajectories
-from replay.tokens import render_chat
-from train.config import config_to_dict, load_config
-from train.distributed import (
+from agentenvs.agents.models import ModelNotFoundError, resolve_model
+from agentenvs.agents.trajectory import Trajectory, read_trajectories
+from agentenvs.replay.tokens import render_chat
+from agentenvs.train.config import config_to_dict, load_config
+from agentenvs.train.distributed import (
     DistContext,
     FSDPSettings,
     full_tensor,
@@ -39,8 +39,8 @@ from train.distributed import (
     pad_passes,
     shard_model,
 )
-from train.logits import logits_at
-from train.runtime import (
+from agentenvs.train.logits import logits_at
+from agentenvs.train.runtime import (
     MetricsLogger,
     TrainState,
     autocast_context,
@@ -97,7 +97,7 @@ class SFTConfig:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda``; under torchrun each process takes
     ``cuda:LOCAL_RANK``."""
     fsdp: FSDPSettings = field(default_factory=FSDPSettings)
-    """FSDP2 settings, read under torchrun only (:class:`train.distributed.FSDPSettings`)."""
+    """FSDP2 settings, read under torchrun only (:class:`agentenvs.train.distributed.FSDPSettings`)."""
     seed: int = 0
     save_every: int = 0
     """Checkpoint every N steps (0: at the end of every epoch)."""
@@ -139,7 +139,7 @@ def training_conversations(traj: Trajectory) -> list[list[dict[str, str]]]:
     window gives each turn a prompt that is not a prefix of the next one: one conversation per
     reply (its prompt, then the reply).
     """
-    from agents.prompts import UnknownPromptError, env_prompt, prompt_messages
+    from agentenvs.agents.prompts import UnknownPromptError, env_prompt, prompt_messages
 
     history, prompt = traj.metadata.get("history"), traj.metadata.get("prompt")
     try:
@@ -224,7 +224,7 @@ def train_sft(
     ``stop_at`` ends this session after that many optimizer steps in all (with a checkpoint),
     without changing the run's schedule: a later ``resume=True`` call continues it exactly, as
     after a preempted job. Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is sharded with
-    FSDP2 and each global batch is split over the ranks (:mod:`train.distributed`); the
+    FSDP2 and each global batch is split over the ranks (:mod:`agentenvs.train.distributed`); the
     schedule, the data order and the checkpoints are the same as in one process.
     """
     ctx = init_distributed(config.device)

@@ -1,7 +1,7 @@
 """Loading, padding and sampling helpers of the transformers backend.
 
 :func:`load_model` loads a tokenizer and causal LM (the model argument resolved by
-:func:`agents.models.resolve_model`, transformers' loading bars silenced, one-line errors);
+:func:`agentenvs.agents.models.resolve_model`, transformers' loading bars silenced, one-line errors);
 :func:`resolve_dtype` names the dtype options; :func:`sample_next` draws the next token per row.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.models import accepted_forms, quiet_loading, resolve_model
-from agents.policy import BackendError, SamplingParams
+from agentenvs.agents.models import accepted_forms, quiet_loading, resolve_model
+from agentenvs.agents.policy import BackendError, SamplingParams
 
 if TYPE_CHECKING:
     import torch
@@ -103,7 +103,7 @@ def sample_with_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(:func:`sample_next`'s tokens, their log-probs at temperature 1) for float32
     ``logits``. ``compiled``: where it applies (CPU, temperature > 0, ``top_p`` 1, not
-    ``plain``), the compiled sampler of :mod:`agents.backends.cpu_kernels` (the same uniform
+    ``plain``), the compiled sampler of :mod:`agentenvs.agents.backends.cpu_kernels` (the same uniform
     draws and the same inversion of each row's distribution, in one pass over the vocabulary
     instead of a softmax, a cumulative sum and a log-softmax, each over the whole batch)."""
     import torch
@@ -115,7 +115,7 @@ def sample_with_logprobs(
         and sampling.top_p >= 1.0
         and logits.device.type == "cpu"
     ):
-        from agents.backends import cpu_kernels
+        from agentenvs.agents.backends import cpu_kernels
 
         if cpu_kernels.load() is not None:
             draws = uniform_draws(logits.shape[0], generator, logits.device, torch.float32)

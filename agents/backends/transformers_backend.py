@@ -12,8 +12,8 @@ end-of-turn token or ``max_new_tokens``. Writing the loop (rather than calling
   teacher-forced forward pass recomputes (the tests check they agree);
 * memory stays at one step's logits (``generate(output_logits=True)`` keeps every step's
   ``batch x vocab`` logits, gigabytes for a 150k vocabulary);
-* multi-turn prefix caching (:mod:`agents.backends.kv_cache`): with ``keys=`` (one episode id
-  per conversation, as :func:`agents.rollout.run_rollouts` passes), each episode's keys and
+* multi-turn prefix caching (:mod:`agentenvs.agents.backends.kv_cache`): with ``keys=`` (one episode id
+  per conversation, as :func:`agentenvs.agents.rollout.run_rollouts` passes), each episode's keys and
   values are kept after its turn, and the next turn's prompt (the same conversation plus the
   reply and the next observation) runs only the tokens past the longest cached token prefix.
   Prompts that do not extend their cache (history windows, re-rendered turns, restored
@@ -25,7 +25,7 @@ prefix cache, or the batch's common prefix computed once with ``share_prefix``),
 remaining tokens: row by row on CPU (the fast causal attention path) with the caches then
 stacked left-padded, or as one batch on GPU (bases right-aligned and left-padded, the new tokens
 left-padded after them; the attention mask hides the gaps and position ids continue from each
-row's base; :mod:`agents.backends.prefill`). Decoding writes into a cache preallocated for
+row's base; :mod:`agentenvs.agents.backends.prefill`). Decoding writes into a cache preallocated for
 ``max_new_tokens`` more positions.
 
 Sampling: ``temperature`` 0 is greedy; otherwise logits / temperature, then nucleus (top-p)
@@ -39,15 +39,15 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.backends.cpu_attention import bmm_decoding, shared_prefix
-from agents.backends.cpu_attention import install as install_attention
-from agents.backends.cpu_decode_step import LeanDecoder
-from agents.backends.cpu_int4 import decoding as int4_decoding
-from agents.backends.cpu_int4 import install_for as install_int4
-from agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error, takes_dtype
-from agents.backends.cpu_kernels import load as load_decode_kernel
-from agents.backends.cpu_kernels import load_error as decode_kernel_error
-from agents.backends.hf_loading import (
+from agentenvs.agents.backends.cpu_attention import bmm_decoding, shared_prefix
+from agentenvs.agents.backends.cpu_attention import install as install_attention
+from agentenvs.agents.backends.cpu_decode_step import LeanDecoder
+from agentenvs.agents.backends.cpu_int4 import decoding as int4_decoding
+from agentenvs.agents.backends.cpu_int4 import install_for as install_int4
+from agentenvs.agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error, takes_dtype
+from agentenvs.agents.backends.cpu_kernels import load as load_decode_kernel
+from agentenvs.agents.backends.cpu_kernels import load_error as decode_kernel_error
+from agentenvs.agents.backends.hf_loading import (
     cpu_has_bf16,
     end_of_reply_ids,
     left_pad,
@@ -57,7 +57,7 @@ from agents.backends.hf_loading import (
     sample_next,
     sample_with_logprobs,
 )
-from agents.backends.kv_cache import (
+from agentenvs.agents.backends.kv_cache import (
     CachedSequence,
     CacheStats,
     PrefixCache,
@@ -69,8 +69,8 @@ from agents.backends.kv_cache import (
     weights_fingerprint,
     writes_in_place,
 )
-from agents.backends.prefill import Layers, PrefillMixin
-from agents.policy import BackendError, Completion, Policy, SamplingParams
+from agentenvs.agents.backends.prefill import Layers, PrefillMixin
+from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams
 
 if TYPE_CHECKING:
     import torch
@@ -111,18 +111,18 @@ class TransformersPolicy(PrefillMixin, Policy):
     (the model's attention implementation is switched; 1.3x the embedded model's eval tokens/s
     in bfloat16; in float32 a row's tokens then do not depend on the batch), scores
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
-    of 1e-4, :mod:`agents.backends.cpu_attention`; ``kernel``: the same steps with a compiled
+    of 1e-4, :mod:`agentenvs.agents.backends.cpu_attention`; ``kernel``: the same steps with a compiled
     kernel, float32 scores and sums, masked positions skipped, one call per layer
-    (:mod:`agents.backends.cpu_kernels`, built with the system C compiler on first use; where it
+    (:mod:`agentenvs.agents.backends.cpu_kernels`, built with the system C compiler on first use; where it
     cannot be, the ``bmm`` path, and the run metadata's ``decode_kernel_error`` says why), the
     embedded agent's default),
     ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
     prefill, a model on CPU (bfloat16, float16 or float32), prompts run in chunks of at most
     256 tokens with attention as two batched matrix products per row, the batch's rows packed
-    into shared forward passes, :mod:`agents.backends.prefill`; same rounding as
+    into shared forward passes, :mod:`agentenvs.agents.backends.prefill`; same rounding as
     ``decode_attention="bmm"``, a row's prefill the same bit for bit alone or packed;
     ``kernel``: the same chunks with the compiled attention of
-    :mod:`agents.backends.cpu_kernels` where the CPU has AMX tiles and heads are 64 wide
+    :mod:`agentenvs.agents.backends.cpu_kernels` where the CPU has AMX tiles and heads are 64 wide
     (float32 scores and sums; otherwise ``bmm``, and the run metadata's
     ``prefill_kernel_error`` says why), the embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
@@ -130,20 +130,20 @@ class TransformersPolicy(PrefillMixin, Policy):
     AVX-512 VNNI; float32 rows in and out, ``run.json``'s ``int4_dot_products`` says which),
     one-token decoding steps multiply by a 4-bit groupwise copy of each decoder linear weight,
     a quarter of the bytes, while prefill keeps the model's weights; exact for a
-    Q4_1 model such as the embedded one, lossy for others, :mod:`agents.backends.cpu_int4`; the
-    products run in the compiled kernel of :mod:`agents.backends.cpu_kernels` where it builds,
+    Q4_1 model such as the embedded one, lossy for others, :mod:`agentenvs.agents.backends.cpu_int4`; the
+    products run in the compiled kernel of :mod:`agentenvs.agents.backends.cpu_kernels` where it builds,
     else in torch's, and the run metadata's ``int4_kernel`` says which; ``int4_torch``: always
     torch's, whose block scales are rounded to bfloat16), ``decode_step`` (``lean``, the
     default: where the model is a Llama or Qwen3 with this backend's CPU attention, one-token
     steps run as a flat loop over the layers' weights instead of transformers' module stack,
-    the same bits, :mod:`agents.backends.cpu_decode_step`; ``model``: always the model's own
+    the same bits, :mod:`agentenvs.agents.backends.cpu_decode_step`; ``model``: always the model's own
     forward pass), ``sampler`` (``torch``, the default; ``compiled``: temperature sampling with
     ``top_p`` 1 on CPU in one compiled pass per row, the same uniform draws and the same
     inversion of the distribution, log-probs within about 1e-6, the embedded agent's default),
     ``cascade`` (with ``decode_attention`` ``bmm`` or ``kernel``,
     default True: when every row of a batch starts with the same rendered system message, its
     keys and values are kept once outside the rows' caches and each decoding step reads them
-    once for all rows, :func:`agents.backends.kv_cache.split_shared_prefix`; the split is the
+    once for all rows, :func:`agentenvs.agents.backends.kv_cache.split_shared_prefix`; the split is the
     system message's end, fixed by each conversation, so a row's result does not depend on the
     rest of the batch).
     """

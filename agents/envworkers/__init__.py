@@ -15,7 +15,7 @@ Chosen by a spec string (``--env-workers`` on the command line, ``RolloutConfig.
 Process and Ray pools isolate faults per episode: a worker that dies is replaced and each
 episode it hosted is retried once, exactly (its operations replayed on the new worker and checked
 against the original results); an episode that cannot be retried ends with ``error`` set and the
-others go on (:mod:`agents.envworkers.pool`). Every pool has the same interface,
+others go on (:mod:`agentenvs.agents.envworkers.pool`). Every pool has the same interface,
 :class:`EnvWorkerPool`; :func:`make_env_pool` builds one from a spec.
 """
 
@@ -26,16 +26,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agents.envworkers.host import CutStateError, EnvFailure, EnvHost
-from agents.envworkers.pool import (
+from agentenvs.agents.envworkers.host import CutStateError, EnvFailure, EnvHost
+from agentenvs.agents.envworkers.pool import (
     EnvWorkerError,
     EnvWorkerPool,
     InProcessPool,
     RemotePool,
     WorkerDied,
 )
-from agents.envworkers.process import ProcessPool
-from agents.envworkers.ray_pool import RayPool
+from agentenvs.agents.envworkers.process import ProcessPool
+from agentenvs.agents.envworkers.ray_pool import RayPool
 
 __all__ = [
     "ENV_WORKER_KINDS",

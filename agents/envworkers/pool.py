@@ -5,7 +5,7 @@ to them: ``reset`` a list of ``(slot, task id)`` (or ``(slot, task id, prefix ac
 observation)`` to start at a replayed cut state), ``step`` a list of ``(slot, action)``, ``act``
 (let a scripted policy choose, next to the environment) and ``end`` (forget a scripted policy's
 episode memory). Each returns one result per item: the Gymnasium value, or an
-:class:`~agents.envworkers.host.EnvFailure` for that item only.
+:class:`~agentenvs.agents.envworkers.host.EnvFailure` for that item only.
 
 :class:`RemotePool` is the base of the pools whose environments live in other processes (local
 processes, Ray actors). Slot ``s`` lives in worker ``s % workers``; a batch goes to every worker
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agents.envworkers.host import EnvFailure, EnvHost, result_digest, slot_of
+from agentenvs.agents.envworkers.host import EnvFailure, EnvHost, result_digest, slot_of
 
 __all__ = ["EnvWorkerError", "EnvWorkerPool", "InProcessPool", "RemotePool", "WorkerDied"]
 
@@ -75,7 +75,7 @@ class EnvWorkerPool(ABC):
     def reset(self, items: Sequence[tuple]) -> list[Any]:
         """``env.reset(options={"task_id": t})`` for every ``(slot, t)``; for every ``(slot, t,
         prefix_actions, cut_observation)``, that reset and a replay of the prefix actions,
-        checked against ``cut_observation`` when not None (:func:`~agents.envworkers.host.
+        checked against ``cut_observation`` when not None (:func:`~agentenvs.agents.envworkers.host.
         start_at_cut`)."""
         return self._timed("reset", items)
 
@@ -102,7 +102,7 @@ class EnvWorkerPool(ABC):
             raise ValueError(
                 f"this {self.kind} pool makes {self.env_id} with {self.env_kwargs}, but the "
                 f"rollout needs {env_id} with {dict(env_kwargs)}; make a pool with those "
-                "(agents.envworkers.make_env_pool) or let run_rollouts make one"
+                "(agentenvs.agents.envworkers.make_env_pool) or let run_rollouts make one"
             )
 
     @abstractmethod

@@ -4,7 +4,7 @@ Each worker is a ``spawn``-ed process (safe after torch or CUDA have started her
 environments of its slots and answers batches over a pipe. Worth it for slow environments
 (ALFWorld, WebShop search); for microsecond ones the in-process pool is faster. A worker that
 exits (crash, ``kill -9``, out of memory) or hangs past ``step_timeout_s`` is replaced and its
-episodes are retried once (:class:`agents.envworkers.pool.RemotePool`).
+episodes are retried once (:class:`agentenvs.agents.envworkers.pool.RemotePool`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import multiprocessing as mp
 import signal
 from typing import Any
 
-from agents.envworkers.host import EnvHost
-from agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
+from agentenvs.agents.envworkers.host import EnvHost
+from agentenvs.agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "ProcessPool"]
 

@@ -7,11 +7,11 @@ or ``ray://HOST:10001``) or the ``RAY_ADDRESS`` variable, else starts a local Ra
 Ray down: a trainer keeps one Ray across iterations (``ray.shutdown()`` is the caller's).
 
 An actor that dies (killed, crashed, its node lost) or hangs past ``step_timeout_s`` is replaced
-and its episodes are retried once (:class:`agents.envworkers.pool.RemotePool`). Every node needs
+and its episodes are retried once (:class:`agentenvs.agents.envworkers.pool.RemotePool`). Every node needs
 the same agentenvs installation (and environment data) as the driver.
 
 Ray is optional: ``pip install 'agentenvs[ray]'``. This module imports without it; making a
-pool without it raises :class:`agents.envworkers.pool.EnvWorkerError` saying so.
+pool without it raises :class:`agentenvs.agents.envworkers.pool.EnvWorkerError` saying so.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from agents.envworkers.host import EnvHost
-from agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
+from agentenvs.agents.envworkers.host import EnvHost
+from agentenvs.agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
 
 __all__ = ["RayPool", "connect_ray", "import_ray"]
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from agents.experts.base import EXPERTS, Expert, ExpertDecision, ExpertFailure, make_expert
+from agentenvs.agents.experts.base import EXPERTS, Expert, ExpertDecision, ExpertFailure, make_expert
 
 __all__ = ["EXPERTS", "Expert", "ExpertDecision", "ExpertFailure", "make_expert"]

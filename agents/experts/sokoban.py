@@ -13,7 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from agentenvs.sokoban.board import ACTIONS, Board
-from agents.experts.base import Expert, ExpertDecision, ExpertFailure
+from agentenvs.agents.experts.base import Expert, ExpertDecision, ExpertFailure
 
 if TYPE_CHECKING:
     from agentenvs.core import TextEnv

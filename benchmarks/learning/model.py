@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.tiny_model import TinyModelSpec
+from agentenvs.agents.tiny_model import TinyModelSpec
 
 __all__ = [
     "CHECK_MODEL",
@@ -46,7 +46,7 @@ CHECK_MODEL = TinyModelSpec(
 def _textcraft_corpus(env_id: str, task_ids: Sequence[str]) -> list[str]:
     """TextCraft text to train the tokenizer on: observations, replies, feedback."""
     from agentenvs.registration import make
-    from agents.prompts import format_error_feedback, format_reply
+    from agentenvs.agents.prompts import format_error_feedback, format_reply
 
     env = make(env_id).unwrapped
     texts = []
@@ -76,8 +76,8 @@ def build_check_model(
     """Build (or reuse, if complete) the TextCraft model and tokenizer in ``out_dir``: the
     tokenizer is trained on the first ``tokenizer_tasks`` test tasks' text."""
     from agentenvs.registration import env_class
-    from agents.prompts import system_prompt
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.prompts import system_prompt
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     tasks = env_class(env_id)().task_ids("test")[:tokenizer_tasks]
     system = system_prompt(env_id)
@@ -101,8 +101,8 @@ def build_env_model(
     of ``trajectories`` (the SFT data) and the error feedback; the system prompt, if any, is one
     added token, and so is each of ``words`` where it stands as a whole word (TextCraft's item
     names: :func:`textcraft_item_names`)."""
-    from agents.prompts import format_error_feedback, system_prompt
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.prompts import format_error_feedback, system_prompt
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     corpus = [m["content"] for t in trajectories for m in t.messages]
     corpus += [format_error_feedback(env_id, "no action found"), "<|im_start|>user\n"] * 4
@@ -140,9 +140,9 @@ def _fixed_chunks(texts: Sequence[str], *, at_least: int = 200) -> list[str]:
 def expert_trajectories(env_id: str, task_ids: Sequence[str], *, samples: int = 1) -> list[Any]:
     """The expert's episodes of ``task_ids`` (run through the rollout code, so the messages are
     exactly a model's prompt format), with every reply's thought replaced by ``SHORT_THOUGHT``."""
-    from agents.policy import make_policy
-    from agents.prompts import format_reply
-    from agents.rollout import plan_episodes, run_rollouts
+    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.prompts import format_reply
+    from agentenvs.agents.rollout import plan_episodes, run_rollouts
 
     trajs = run_rollouts(make_policy("expert"), env_id, plan_episodes(list(task_ids), samples))
     order = {t: i for i, t in enumerate(task_ids)}

@@ -2,7 +2,7 @@
 deterministic algorithms forced, compared with a reference run, metric by metric and weight by
 weight.
 
-    python -m benchmarks.learning.reproduce --out results/reproduce
+    python -m agentenvs.benchmarks.learning.reproduce --out results/reproduce
 
 Each variant runs in its own process (thread counts and the deterministic-algorithms flag are
 process-wide): PTGPO for a few iterations from a small SFT model, on CPU; "another CPU" is
@@ -47,8 +47,8 @@ def _worker(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
-    from train.config import load_config
-    from train.rl import RLConfig, RLTrainer
+    from agentenvs.train.config import load_config
+    from agentenvs.train.rl import RLConfig, RLTrainer
 
     values = {
         "algo": "ptgpo",
@@ -155,9 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args)
-    from benchmarks.learning.report import machine
-    from benchmarks.learning.run import run_benchmark
-    from benchmarks.learning.settings import preset
+    from agentenvs.benchmarks.learning.report import machine
+    from agentenvs.benchmarks.learning.run import run_benchmark
+    from agentenvs.benchmarks.learning.settings import preset
 
     base = args.out / "model"
     # a policy that wins some episodes (else every advantage is 0 and no weight moves): SFT
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for i, (name, variant) in enumerate(VARIANTS.items()):
         run = args.out / f"run-{i}"
         if not (run / "probe.pt").is_file():
-            cmd = [sys.executable, "-m", "benchmarks.learning.reproduce", "--worker"]
+            cmd = [sys.executable, "-m", "agentenvs.benchmarks.learning.reproduce", "--worker"]
             cmd += ["--model", model, "--tasks", tasks, "--out", str(run)]
             cmd += ["--threads", str(variant["threads"]), "--iterations", str(args.iterations)]
             cmd += ["--deterministic"] if variant["deterministic"] else []

@@ -1,8 +1,8 @@
 """Run the learning benchmark (or resume it) and write its summary.
 
-    python -m benchmarks.learning_check --preset textcraft --out docs/learning-check
-    python -m benchmarks.learning_check --preset sokoban --out docs/learning-check/sokoban
-    python -m benchmarks.learning_check --preset smoke --out /tmp/smoke      # a minute or two
+    python -m agentenvs.benchmarks.learning_check --preset textcraft --out docs/learning-check
+    python -m agentenvs.benchmarks.learning_check --preset sokoban --out docs/learning-check/sokoban
+    python -m agentenvs.benchmarks.learning_check --preset smoke --out /tmp/smoke      # a minute or two
 
 Stages, each with a progress bar over its (arm, seed) units: data (expert episodes of the
 training tasks, the base model), SFT per seed (with its held-out evaluation), Prefix-GRPO's
@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.learning.report import (
+from agentenvs.benchmarks.learning.report import (
     arm_table,
     format_summary,
     machine,
     paired,
     plot_curve,
 )
-from benchmarks.learning.settings import (
+from agentenvs.benchmarks.learning.settings import (
     PRESETS,
     SCHEMA_VERSION,
     BenchSettings,
@@ -39,7 +39,7 @@ from benchmarks.learning.settings import (
     rl_task_ids,
     train_task_ids,
 )
-from benchmarks.learning.stages import (
+from agentenvs.benchmarks.learning.stages import (
     data_stage,
     replay_stage,
     rl_stage,
@@ -132,7 +132,7 @@ def _run_units(
         while len(running) < jobs and any(ready(u) for u in todo):
             arm, seed = todo.pop(next(i for i, u in enumerate(todo) if ready(u)))
             log = (out / "logs" / f"{arm}-seed-{seed}.log").open("w")
-            cmd = [sys.executable, "-m", "benchmarks.learning_check", "--preset", preset_name]
+            cmd = [sys.executable, "-m", "agentenvs.benchmarks.learning_check", "--preset", preset_name]
             cmd += ["--out", str(out), "--only", arm, "--seeds", str(seed), "--no-progress"]
             cmd += ["--no-summary"]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agents.tiny_model import TinyModelSpec
-from benchmarks.learning.model import CHECK_MODEL
+from agentenvs.agents.tiny_model import TinyModelSpec
+from agentenvs.benchmarks.learning.model import CHECK_MODEL
 
 __all__ = [
     "ARMS",
@@ -45,11 +45,11 @@ class BenchSettings:
     model: TinyModelSpec = CHECK_MODEL
     sft_renamed_copies: int = 0
     """TextCraft: SFT also trains on this many item-renamed copies of each expert episode
-    (:func:`benchmarks.learning.model.renamed_copies`)."""
+    (:func:`agentenvs.benchmarks.learning.model.renamed_copies`)."""
     item_names: str = "train-tasks"
     """TextCraft: ``recipe-database``: every item name of the environment's recipe database is
     one token and the pool of :attr:`sft_renamed_copies`' names
-    (:func:`benchmarks.learning.model.textcraft_item_names`); ``train-tasks``: item names are
+    (:func:`agentenvs.benchmarks.learning.model.textcraft_item_names`); ``train-tasks``: item names are
     BPE text and the renamed copies draw from the training tasks' names."""
     sft_steps: int = 150
     sft_lr: float = 3e-3
@@ -186,7 +186,7 @@ def preset(name: str, **overrides: Any) -> BenchSettings:
 
 
 def _expert_turns(env_id: str, task_ids: list[str]) -> dict[str, int]:
-    from benchmarks.learning.model import expert_trajectories
+    from agentenvs.benchmarks.learning.model import expert_trajectories
 
     return {t.task_id: t.turns for t in expert_trajectories(env_id, task_ids) if t.won}
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.learning.settings import BenchSettings
+from agentenvs.benchmarks.learning.settings import BenchSettings
 
 __all__ = [
     "data_stage",
@@ -49,8 +49,8 @@ def _finish(path: Path, result: dict[str, Any]) -> dict[str, Any]:
 
 def data_stage(settings: BenchSettings, out: Path, train_ids: list[str]) -> dict[str, Any]:
     """Expert episodes of ``train_ids`` (``out/expert.jsonl``) and the base model."""
-    from agents.trajectory import read_trajectories, write_trajectories
-    from benchmarks.learning.model import (
+    from agentenvs.agents.trajectory import read_trajectories, write_trajectories
+    from agentenvs.benchmarks.learning.model import (
         build_env_model,
         expert_trajectories,
         renamed_copies,
@@ -89,8 +89,8 @@ def rl_teacher_stage(
 ) -> Path:
     """Prefix-GRPO's teacher trajectories: the expert's episodes of RL's tasks (the data
     stage's file when RL plays the training tasks themselves, else ``out/rl-expert.jsonl``)."""
-    from agents.trajectory import read_trajectories, write_trajectories
-    from benchmarks.learning.model import expert_trajectories
+    from agentenvs.agents.trajectory import read_trajectories, write_trajectories
+    from agentenvs.benchmarks.learning.model import expert_trajectories
 
     if [t.task_id for t in read_trajectories(data["expert"])] == rl_ids:
         return Path(data["expert"])
@@ -107,9 +107,9 @@ def evaluate_tasks(
 ) -> dict[str, list[int]]:
     """``{task_id: [successes, samples]}`` of ``model`` on ``task_ids`` (``eval_n`` episodes
     each); the trajectories go to ``out/trajectories.jsonl``."""
-    from agents.policy import SamplingParams, make_policy
-    from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
-    from agents.trajectory import write_trajectories
+    from agentenvs.agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+    from agentenvs.agents.trajectory import write_trajectories
 
     config = RolloutConfig(
         max_turns=settings.max_turns,
@@ -136,8 +136,8 @@ def sft_stage(
     settings: BenchSettings, out: Path, data: dict[str, Any], eval_ids: list[str], seed: int
 ) -> dict[str, Any]:
     """SFT (this seed's data order and init of the update) and its evaluation."""
-    from train.config import load_config
-    from train.sft import SFTConfig, train_sft
+    from agentenvs.train.config import load_config
+    from agentenvs.train.sft import SFTConfig, train_sft
 
     run = out / "sft" / f"seed-{seed}"
     done = _done(run / "result.json")
@@ -177,7 +177,7 @@ def sft_stage(
 
 def replay_stage(out: Path, expert: Path, sft: dict[str, Any], seed: int) -> dict[str, Any]:
     """Prefix-GRPO's queries for one seed (cuts under that seed's SFT model)."""
-    from replay import CutConfig, run_cuts, run_sidecar, run_validate
+    from agentenvs.replay import CutConfig, run_cuts, run_sidecar, run_validate
 
     run = out / "replay" / f"seed-{seed}"
     done = _done(run / "result.json")
@@ -207,8 +207,8 @@ def replay_stage(out: Path, expert: Path, sft: dict[str, Any], seed: int) -> dic
 def _rl_config(
     settings: BenchSettings, arm: str, sft: dict[str, Any], run: Path, seed: int, data: Any
 ) -> Any:
-    from train.config import load_config
-    from train.rl import RLConfig
+    from agentenvs.train.config import load_config
+    from agentenvs.train.rl import RLConfig
 
     values: dict[str, Any] = {
         "algo": arm,
@@ -248,8 +248,8 @@ def rl_stage(
     seed: int,
 ) -> dict[str, Any]:
     """One RL arm for one seed; ``data``: the training task ids, or Prefix-GRPO's samples file."""
-    from train.rl import RLTrainer
-    from train.runtime import latest_checkpoint
+    from agentenvs.train.rl import RLTrainer
+    from agentenvs.train.runtime import latest_checkpoint
 
     run = out / arm / f"seed-{seed}"
     done = _done(run / "result.json")

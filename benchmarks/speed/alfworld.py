@@ -20,8 +20,8 @@ from agentenvs.alfworld import ALFWorldEnv, data
 from agentenvs.alfworld.engine import INSTALL_COMMANDS, clear_process_cache
 from agentenvs.alfworld.restore import MEMO
 from agentenvs.core import Snapshot
-from agents.experts.alfworld import ALFWorldExpert
-from benchmarks.timing import SpeedRow
+from agentenvs.agents.experts.alfworld import ALFWorldExpert
+from agentenvs.benchmarks.timing import SpeedRow
 
 __all__ = ["STEP_OVERHEAD_TARGET", "bench"]
 

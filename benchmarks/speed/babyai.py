@@ -16,8 +16,8 @@ import itertools
 
 from agentenvs.babyai import BabyAITextEnv
 from agentenvs.babyai.text import LEFT, RIGHT
-from agents.experts.babyai import BabyAIExpert
-from benchmarks.timing import SpeedRow, per_call
+from agentenvs.agents.experts.babyai import BabyAIExpert
+from agentenvs.benchmarks.timing import SpeedRow, per_call
 
 __all__ = ["STEP_OVERHEAD_TARGET", "TASK_ID", "bench"]
 

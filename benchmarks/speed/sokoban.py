@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 
 from agentenvs.sokoban import SokobanEnv, generate_room
-from agents.experts.sokoban import SokobanExpert
-from benchmarks.timing import SpeedRow, per_call
+from agentenvs.agents.experts.sokoban import SokobanExpert
+from agentenvs.benchmarks.timing import SpeedRow, per_call
 
 __all__ = ["STEP_TARGET_S", "bench"]
 

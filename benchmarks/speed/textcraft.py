@@ -18,8 +18,8 @@ import time
 
 from agentenvs.textcraft import TextCraftEnv
 from agentenvs.textcraft.env import _load_task
-from agents.experts.textcraft import TextCraftExpert
-from benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
+from agentenvs.agents.experts.textcraft import TextCraftExpert
+from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
 
 __all__ = ["bench"]
 

@@ -1,12 +1,12 @@
 """agentenvs in verl 0.9.1: estimators, an agent loop, the dataset command.
 
-* :mod:`integrations.verl.estimators`: ``gigpo`` and ``ptgpo`` in verl's advantage-estimator
+* :mod:`agentenvs.integrations.verl.estimators`: ``gigpo`` and ``ptgpo`` in verl's advantage-estimator
   registry (:func:`install`), with their step-level inputs in the ``DataProto`` non-tensor batch.
-* :mod:`integrations.verl.prefix_loss`: Prefix-GRPO's objective in verl's policy-loss registry
+* :mod:`agentenvs.integrations.verl.prefix_loss`: Prefix-GRPO's objective in verl's policy-loss registry
   (``actor.policy_loss.loss_mode=prefix_grpo``), the teacher prefix as response tokens.
-* :mod:`integrations.verl.agent_loop`: ``agentenvs_agent``, a verl agent loop that plays one
+* :mod:`agentenvs.integrations.verl.agent_loop`: ``agentenvs_agent``, a verl agent loop that plays one
   agentenvs episode with our prompts and parser.
-* :mod:`integrations.verl.dataset`: ``python -m integrations.verl.dataset ENV --split train -o
+* :mod:`agentenvs.integrations.verl.dataset`: ``python -m agentenvs.integrations.verl.dataset ENV --split train -o
   DIR`` writes the parquet file verl's ``RLHFDataset`` reads.
 
 Importing this package imports no verl module; :func:`install` does.
@@ -19,9 +19,9 @@ __all__ = ["install"]
 
 def install() -> None:
     """Register our estimators and Prefix-GRPO's loss in verl (see
-    :func:`integrations.verl.estimators.install`, :func:`integrations.verl.prefix_loss.install`);
+    :func:`agentenvs.integrations.verl.estimators.install`, :func:`agentenvs.integrations.verl.prefix_loss.install`);
     idempotent, so it can be Ray's ``worker_process_setup_hook``."""
-    from integrations.verl import estimators, prefix_loss
+    from agentenvs.integrations.verl import estimators, prefix_loss
 
     estimators.install()
     prefix_loss.install()

@@ -2,14 +2,14 @@
 agentenvs episode under a benchmark protocol, with our prompts and parsers.
 
 verl calls ``run(sampling_params, **row)`` once per sample with the dataset row
-(:mod:`integrations.verl.dataset` writes ``extra_info = {env_id, task_id, protocol, ...}``).
+(:mod:`agentenvs.integrations.verl.dataset` writes ``extra_info = {env_id, task_id, protocol, ...}``).
 The episode plays under ``extra_info["protocol"]`` (the dataset command's ``--protocol``; a row
 without one: the environment's default protocol; ``"none"``: no protocol): the protocol's
 environment keywords, prompt, parser, unparseable-reply handling (its feedback, or verl-agent's
-projection, stepped) and training turn limit (:class:`integrations.episode.TextEpisode`). The
+projection, stepped) and training turn limit (:class:`agentenvs.integrations.episode.TextEpisode`). The
 loop:
 
-1. starts the task in a :class:`integrations.episode.TextEpisode` and tokenizes its first
+1. starts the task in a :class:`agentenvs.integrations.episode.TextEpisode` and tokenizes its first
    prompt (system prompt, first observation) with verl's continuous-token builder;
 2. per turn asks ``server_manager.generate`` (verl's LLM server client; vLLM or SGLang in a
    verl run) for a reply, merges the reply tokens into the running sequence (response mask 1),
@@ -20,7 +20,7 @@ loop:
    (``actor_rollout_ref.rollout.response_length``) is spent.
 
 A cut-state start (Prefix-GRPO's query: ``extra_info["prefix_replies"]``, the teacher's replies
-before the cut, written by ``python -m integrations.verl.dataset ENV --queries FILE``) first
+before the cut, written by ``python -m agentenvs.integrations.verl.dataset ENV --queries FILE``) first
 plays the teacher's replies: their tokens go into the response with mask 1, as if generated
 (rollout log-prob 0), each is parsed and stepped like a reply, and their spans are returned as
 ``agentenvs_prefix_spans``; the student then continues from the cut state. The step keys cover
@@ -31,7 +31,7 @@ history window is not applied; WebShop's and Sokoban's template prompt is append
 user turn). The output: ``response_mask`` (1 on generated tokens, 0 on observation tokens),
 ``reward_score`` (the episode reward: the sum of the environment's rewards; verl puts it on the
 last response token as ``rm_scores``), the rollout log-probs when the server returns them, and
-``extra_fields`` with the step-level keys :mod:`integrations.verl.estimators` reads
+``extra_fields`` with the step-level keys :mod:`agentenvs.integrations.verl.estimators` reads
 (``agentenvs_turn_spans``, ``agentenvs_anchors``, ``agentenvs_actions``,
 ``agentenvs_step_rewards``, and for the invalid-action penalty ``agentenvs_format_valid``: per
 turn, False where the reply broke the protocol's format, unparseable or projected, and
@@ -55,8 +55,8 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from integrations.episode import TextEpisode
-from integrations.verl.dataset import AGENT_NAME, NO_PROTOCOL, protocol_arg
+from agentenvs.integrations.episode import TextEpisode
+from agentenvs.integrations.verl.dataset import AGENT_NAME, NO_PROTOCOL, protocol_arg
 
 __all__ = ["AgentenvsAgentLoop"]
 
@@ -80,7 +80,7 @@ class AgentenvsAgentLoop(AgentLoopBase):
         if "env_id" not in info or "task_id" not in info:
             raise ValueError(
                 "agentenvs_agent needs extra_info with env_id and task_id "
-                "(write the dataset with python -m integrations.verl.dataset)"
+                "(write the dataset with python -m agentenvs.integrations.verl.dataset)"
             )
         protocol = protocol_arg(info.get("protocol", "default"))
         episode = TextEpisode(str(info["env_id"]), max_turns=self.max_turns, protocol=protocol)

@@ -1,8 +1,8 @@
 """Write verl's parquet dataset for one environment's split.
 
-    python -m integrations.verl.dataset TextCraft-v0 --split train -o data/textcraft
+    python -m agentenvs.integrations.verl.dataset TextCraft-v0 --split train -o data/textcraft
     # -> data/textcraft/train.parquet, one row per task
-    python -m integrations.verl.dataset TextCraft-v0 --queries runs/prefix/samples.jsonl \
+    python -m agentenvs.integrations.verl.dataset TextCraft-v0 --queries runs/prefix/samples.jsonl \
         -o data/textcraft-prefix
     # -> data/textcraft-prefix/queries.parquet, one row per Prefix-GRPO cut-state query
 
@@ -11,11 +11,11 @@ Each row has the columns verl's ``RLHFDataset`` reads: ``data_source``
 turn naming the task: the agent loop replaces it with the reset observation), ``ability``
 (``agent``), ``reward_model`` (``{"style": "agentenvs", "ground_truth": ""}``: the reward is the
 environment's), ``agent_name`` (``agentenvs_agent``, the loop of
-:mod:`integrations.verl.agent_loop`) and ``extra_info`` (``env_id``, ``task_id``, ``split``,
+:mod:`agentenvs.integrations.verl.agent_loop`) and ``extra_info`` (``env_id``, ``task_id``, ``split``,
 ``index``, ``protocol``; verl hands it to the agent loop).
 
 ``--protocol NAME`` (default: the environment's default protocol,
-:data:`agents.protocols.DEFAULT_PROTOCOLS`; ``none``: no protocol) chooses the benchmark
+:data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; ``none``: no protocol) chooses the benchmark
 protocol the rows are played under: the system prompt is the protocol's, the task split comes
 from the environment made with its keywords, and ``extra_info["protocol"]`` (its name, or
 ``"none"``) tells the agent loop which rules to apply.
@@ -23,7 +23,7 @@ from the environment made with its keywords, and ``extra_info["protocol"]`` (its
 With ``--queries`` (a ``replay`` stage file: queries, validated queries or samples) each row is
 one cut-state query of that environment instead: ``extra_info`` also carries ``query_id``,
 ``family`` and ``prefix_replies`` (the teacher's assistant turns before the cut), which the agent
-loop replays as prefix tokens of the response (Prefix-GRPO, :mod:`integrations.verl.prefix_loss`).
+loop replays as prefix tokens of the response (Prefix-GRPO, :mod:`agentenvs.integrations.verl.prefix_loss`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.prompts import system_prompt
-from agents.protocol_rules import ProtocolRules
-from integrations.episode import make_env
+from agentenvs.agents.prompts import system_prompt
+from agentenvs.agents.protocol_rules import ProtocolRules
+from agentenvs.integrations.episode import make_env
 
 __all__ = [
     "AGENT_NAME",
@@ -56,7 +56,7 @@ NO_PROTOCOL = "none"
 
 def protocol_arg(value: str | None) -> str | None:
     """A protocol as rows and the command line spell it (``"none"``: None) -> its argument to
-    :meth:`agents.protocol_rules.ProtocolRules.of`."""
+    :meth:`agentenvs.agents.protocol_rules.ProtocolRules.of`."""
     return None if value is None or value == NO_PROTOCOL else str(value)
 
 
@@ -77,8 +77,8 @@ def query_rows(
     """The rows of the cut-state queries of ``env_id`` in a replay stage file."""
     import json
 
-    from replay.io import read_rows
-    from replay.query import CutQuery
+    from agentenvs.replay.io import read_rows
+    from agentenvs.replay.query import CutQuery
 
     if ProtocolRules.of(env_id, protocol).prompt.style != "chat":
         raise ValueError(f"{env_id} has a template-style prompt: cut-state starts need a chat one")
@@ -153,7 +153,7 @@ def write_dataset(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m integrations.verl.dataset",
+        prog="python -m agentenvs.integrations.verl.dataset",
         description="Write verl's parquet dataset (one row per task) for an environment's split.",
     )
     parser.add_argument("env_id", help="an agentenvs id, e.g. TextCraft-v0")

@@ -2,9 +2,9 @@
 
 :func:`install` registers ``gigpo`` and ``ptgpo`` with
 ``verl.trainer.ppo.core_algos.register_adv_est``, so ``algorithm.adv_estimator=ptgpo`` names them
-in a verl config. The numbers are :mod:`train.advantages`' (the same functions our trainer runs).
+in a verl config. The numbers are :mod:`agentenvs.train.advantages`' (the same functions our trainer runs).
 
-Batch layout: one row per episode (what :mod:`integrations.verl.agent_loop` returns: the whole
+Batch layout: one row per episode (what :mod:`agentenvs.integrations.verl.agent_loop` returns: the whole
 multi-turn conversation is the row's response). Step-level inputs travel in the ``DataProto``
 non-tensor batch, one object (a list, one entry per assistant turn) per row:
 
@@ -22,11 +22,11 @@ Two optional keys carry a protocol's invalid-action penalty (the agent loop writ
 ``agentenvs_format_valid`` (per turn: False where the reply broke the protocol's format,
 unparseable or projected) and ``agentenvs_invalid_penalty`` (per row: the penalty). The penalty
 is subtracted from the reward of each turn whose reply broke the format before the advantages
-are computed, as our trainer does (:mod:`train.rl.batch`); without the keys no penalty applies.
+are computed, as our trainer does (:mod:`agentenvs.train.rl.batch`); without the keys no penalty applies.
 
 (:data:`STEP_KEYS` lists the four required ``agentenvs_`` keys, :data:`PENALTY_KEYS` the two
 optional ones.) Each turn becomes one step row of an
-:class:`train.advantages.AdvantageBatch` (group ``uid``, episode = the verl row, step t); the
+:class:`agentenvs.train.advantages.AdvantageBatch` (group ``uid``, episode = the verl row, step t); the
 step advantage is written on that turn's response tokens (times ``response_mask``: observation
 tokens stay 0). ``returns`` holds G_t on the same tokens.
 
@@ -37,7 +37,7 @@ own code unchanged. verl's v1 trainer (``trainer.use_v1=True``) reads only a fix
 fields from its transfer queue before computing advantages, so these estimators need the
 legacy trainer (``trainer.use_v1=False``). The wrapper also turns the agent loop's
 ``agentenvs_prefix_spans`` into the tensor ``agentenvs_prefix_mask`` that the ``prefix_grpo``
-policy loss reads (:mod:`integrations.verl.prefix_loss`), whatever the estimator. Settings
+policy loss reads (:mod:`agentenvs.integrations.verl.prefix_loss`), whatever the estimator. Settings
 other than verl's ``algorithm.gamma`` come from :func:`configure` (default: our estimators'
 defaults).
 """
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from train.advantages import AdvantageBatch, get_advantage_estimator
+from agentenvs.train.advantages import AdvantageBatch, get_advantage_estimator
 
 __all__ = ["ESTIMATORS", "PENALTY_KEYS", "STEP_KEYS", "configure", "install", "step_advantages"]
 
@@ -84,8 +84,8 @@ def step_advantages(
     if missing:
         raise ValueError(
             f"advantage estimator {name!r} needs the DataProto non-tensor keys {missing} "
-            "(integrations.verl.agent_loop writes them; with verl's trainer run "
-            "trainer.use_v1=False after integrations.verl.install())"
+            "(agentenvs.integrations.verl.agent_loop writes them; with verl's trainer run "
+            "trainer.use_v1=False after agentenvs.integrations.verl.install())"
         )
     spans = non_tensor_batch["agentenvs_turn_spans"]
     rows, steps = _step_rows(non_tensor_batch)
@@ -162,7 +162,7 @@ def _make_verl_estimator(name: str):
         if non_tensor_batch is None:
             raise ValueError(
                 f"adv_estimator={name} needs the DataProto's non-tensor batch "
-                f"({', '.join(STEP_KEYS)}): call integrations.verl.install() in the process "
+                f"({', '.join(STEP_KEYS)}): call agentenvs.integrations.verl.install() in the process "
                 "that computes advantages (verl's driver / TaskRunner)"
             )
         batch = dict(non_tensor_batch)
@@ -192,7 +192,7 @@ def install() -> None:
         return
 
     def compute_advantage(data, adv_estimator, *args: Any, **kwargs: Any):
-        from integrations.verl.prefix_loss import add_prefix_mask
+        from agentenvs.integrations.verl.prefix_loss import add_prefix_mask
 
         add_prefix_mask(data)  # cut-state (Prefix-GRPO) rows: the prefix mask joins the batch
         name = getattr(adv_estimator, "value", adv_estimator)

@@ -11,11 +11,11 @@ extra (B, L) tensors in the batch, aligned with ``responses``, say which tokens 
   ratio (when absent, verl's ``ref_log_prob`` is used: verl's reference policy is the initial
   model, which in Prefix-GRPO is the SFT model).
 
-The loss is :func:`train.prefix_loss.prefix_grpo_loss` (split objective by default: clipped
+The loss is :func:`agentenvs.train.prefix_loss.prefix_grpo_loss` (split objective by default: clipped
 continuation loss + weight * clipped prefix loss with A_pre from the row's continuation
 advantages, ``cont_abs``), on continuation tokens = ``response_mask`` and not prefix, with verl's
 ``clip_ratio_low`` / ``clip_ratio_high`` / ``clip_ratio_c`` and ``loss_agg_mode``; prefix
-settings (:class:`train.prefix_loss.PrefixConfig`) from :func:`configure`. Rows without a prefix
+settings (:class:`agentenvs.train.prefix_loss.PrefixConfig`) from :func:`configure`. Rows without a prefix
 get the plain clipped loss (our ``policy_loss``, which agrees with verl's ``vanilla``).
 
 verl's ``ppo_loss`` hands a policy loss only (old_log_prob, log_prob, advantages,
@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from train.losses import PolicyLossConfig, RolloutCorrection
-from train.prefix_loss import PrefixBatch, PrefixConfig, prefix_advantages, prefix_grpo_loss
+from agentenvs.train.losses import PolicyLossConfig, RolloutCorrection
+from agentenvs.train.prefix_loss import PrefixBatch, PrefixConfig, prefix_advantages, prefix_grpo_loss
 
 __all__ = [
     "LOSS_MODE",
@@ -147,7 +147,7 @@ def prefix_grpo_policy_loss(
 def add_prefix_mask(data: Any) -> None:
     """Put ``agentenvs_prefix_mask`` (B, L) in a ``DataProto``'s tensor batch from the agent
     loop's ``agentenvs_prefix_spans`` (non-tensor, one list of spans per row); nothing when the
-    batch has no spans. The :mod:`integrations.verl.estimators` wrapper of verl's
+    batch has no spans. The :mod:`agentenvs.integrations.verl.estimators` wrapper of verl's
     ``compute_advantage`` calls it, so the mask travels with the batch to the actor."""
     spans = data.non_tensor_batch.get("agentenvs_prefix_spans")
     if spans is None:

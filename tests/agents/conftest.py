@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Qwen3 model with a locally trained tokenizer and ChatML template."""
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
@@ -18,7 +18,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_policy(tiny_model_dir):
     """The tiny model on the transformers backend (CPU, float32)."""
-    from agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 
     policy = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="float32")
     yield policy
@@ -40,7 +40,7 @@ def registered_envs() -> list[str]:
 
 
 def has_expert(env_id: str) -> bool:
-    from agents.experts.base import EXPERTS
+    from agentenvs.agents.experts.base import EXPERTS
 
     if env_id not in EXPERTS:
         return False
@@ -61,12 +61,12 @@ def cut_spec(
     max_turns: int | None = None,
     **fields,
 ):
-    """An :class:`agents.rollout.EpisodeSpec` that starts after ``prefix_actions``: the
+    """An :class:`agentenvs.agents.rollout.EpisodeSpec` that starts after ``prefix_actions``: the
     conversation a policy replying those actions would have had (every turn kept), and the
     observation the environment reached as the recorded cut observation."""
     from agentenvs.registration import make
-    from agents.prompts import Conversation, format_reply
-    from agents.rollout import EpisodeSpec
+    from agentenvs.agents.prompts import Conversation, format_reply
+    from agentenvs.agents.rollout import EpisodeSpec
 
     env = make(env_id, max_turns=max_turns)
     try:

@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from agents.backends.transformers_backend import TransformersPolicy
-from agents.policy import SamplingParams
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+from agentenvs.agents.policy import SamplingParams
 
 from .conftest import CONVERSATIONS
 

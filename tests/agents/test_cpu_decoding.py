@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.backends import cpu_int4
-from agents.backends.cpu_kernels import int_dot_path
-from agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_in_place
-from agents.backends.transformers_backend import TransformersPolicy
-from agents.policy import SamplingParams
+from agentenvs.agents.backends import cpu_int4
+from agentenvs.agents.backends.cpu_kernels import int_dot_path
+from agentenvs.agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_in_place
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+from agentenvs.agents.policy import SamplingParams
 
 from .conftest import CONVERSATIONS, logprob_gap, teacher_forced_diff
 
@@ -33,7 +33,7 @@ def q4_model_dir(tmp_path_factory):
 def q4_wide_model_dir(tmp_path_factory):
     """:func:`q4_model_dir` with heads of 64, so every decoder layer's output count is a
     multiple of 64 (as the embedded model's are)."""
-    from agents.tiny_model import TinyModelSpec
+    from agentenvs.agents.tiny_model import TinyModelSpec
 
     return _q4_model(tmp_path_factory, TinyModelSpec(head_dim=64))
 
@@ -41,7 +41,7 @@ def q4_wide_model_dir(tmp_path_factory):
 def _q4_model(tmp_path_factory, spec=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     source = build_tiny_model(tmp_path_factory.mktemp("tiny"), spec)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
@@ -200,7 +200,7 @@ def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
     float32 attention and the cascade (prefill: the two-bmm attention; the prefill kernel is
     bfloat16's), close to the float32 pass, and a row's reply is the same bits alone or
     batched."""
-    from agents.embedded import EMBEDDED_OPTIONS
+    from agentenvs.agents.embedded import EMBEDDED_OPTIONS
 
     fp32 = {"device": "cpu", "dtype": "float32"}
     plain = TransformersPolicy(str(q4_wide_model_dir), **fp32)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.backends import cpu_attention, cpu_kernels
-from agents.backends.transformers_backend import TransformersPolicy
-from agents.policy import SamplingParams
+from agentenvs.agents.backends import cpu_attention, cpu_kernels
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+from agentenvs.agents.policy import SamplingParams
 
 from .conftest import CONVERSATIONS, logprob_gap, teacher_forced_diff
 
@@ -286,7 +286,7 @@ def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k, dtype)
 
 
 def test_int8_product_matches_float32_and_gives_a_row_the_same_bits() -> None:
-    from agents.backends.cpu_int4 import quantize_q8
+    from agentenvs.agents.backends.cpu_int4 import quantize_q8
 
     g = torch.Generator().manual_seed(4)
     grid = torch.randint(-127, 128, (192, 96), generator=g).float()
@@ -331,7 +331,7 @@ def test_int4_product_refuses_shapes_it_does_not_take() -> None:
 def test_compiled_sampler_inverts_the_same_distribution_as_torch(temperature) -> None:
     """The same uniform draws give the tokens torch's softmax-cumsum-search gives (up to ties
     at a cumulative boundary: none in 1,500 draws here) and the temperature-1 log-probs."""
-    from agents.backends.hf_loading import sample_with_logprobs
+    from agentenvs.agents.backends.hf_loading import sample_with_logprobs
 
     logits = torch.randn((3, 997), generator=torch.Generator().manual_seed(2)) * 3
     logits[1, 5] = 40.0  # one row nearly certain

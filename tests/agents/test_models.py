@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.models import ModelNotFoundError, resolve_model
+from agentenvs.agents.models import ModelNotFoundError, resolve_model
 
 
 def test_a_local_directory_is_returned(tiny_model_dir) -> None:

@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents.backends.openai_backend import BackendAuthError, BackendModelError, OpenAIPolicy
-from agents.policy import BackendError, BackendUnavailableError, SamplingParams, make_policy
-from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+from agentenvs.agents.backends.openai_backend import BackendAuthError, BackendModelError, OpenAIPolicy
+from agentenvs.agents.policy import BackendError, BackendUnavailableError, SamplingParams, make_policy
+from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
 KEY = "sk-test-123"
 MODEL = "teacher-1"

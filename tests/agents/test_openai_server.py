@@ -30,9 +30,9 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("openai")  # transformers serve's request types
 
 from agentenvs.cli import main as cli_main  # noqa: E402
-from agents.policy import make_policy  # noqa: E402
-from agents.rollout import RolloutConfig, plan_episodes, run_rollouts  # noqa: E402
-from agents.trajectory import read_trajectories  # noqa: E402
+from agentenvs.agents.policy import make_policy  # noqa: E402
+from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts  # noqa: E402
+from agentenvs.agents.trajectory import read_trajectories  # noqa: E402
 
 TRANSFORMERS_CLI = shutil.which("transformers") or str(
     Path(os.sys.executable).with_name("transformers")
@@ -79,7 +79,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("serve")
     srv = Server(build_tiny_model(root / "tiny"), root / "serve.log")
@@ -112,7 +112,7 @@ def test_a_rollout_through_transformers_serve_warns_once_about_missing_logprobs(
 
 
 def _sampling():
-    from agents.policy import SamplingParams
+    from agentenvs.agents.policy import SamplingParams
 
     return SamplingParams(temperature=1.0, max_new_tokens=12, seed=0)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.backends import cpu_attention, prefill
-from agents.backends.cpu_attention import _rows_attention
-from agents.backends.kv_cache import writes_in_place
-from agents.backends.prefill import aligned_width
-from agents.backends.transformers_backend import TransformersPolicy
-from agents.policy import SamplingParams
+from agentenvs.agents.backends import cpu_attention, prefill
+from agentenvs.agents.backends.cpu_attention import _rows_attention
+from agentenvs.agents.backends.kv_cache import writes_in_place
+from agentenvs.agents.backends.prefill import aligned_width
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+from agentenvs.agents.policy import SamplingParams
 
 from .conftest import CONVERSATIONS, SYSTEM, logprob_gap, teacher_forced_diff
 
@@ -144,7 +144,7 @@ def test_prefill_attention_option(tiny_model_dir) -> None:
 @pytest.fixture(scope="module")
 def wide_head_model_dir(tmp_path_factory):
     """A tiny model with heads of 64, the compiled prefill kernel's size."""
-    from agents.tiny_model import TinyModelSpec, build_tiny_model
+    from agentenvs.agents.tiny_model import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(hidden_size=128, num_attention_heads=6, num_key_value_heads=2, head_dim=64)
     return build_tiny_model(tmp_path_factory.mktemp("wide-heads"), spec)
@@ -152,7 +152,7 @@ def wide_head_model_dir(tmp_path_factory):
 
 @needs_buffers
 def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_dir) -> None:
-    from agents.backends import cpu_kernels
+    from agentenvs.agents.backends import cpu_kernels
 
     kernel = {**BMM, "prefill_attention": "kernel", "decode_attention": "kernel"}
     policy = TransformersPolicy(str(wide_head_model_dir), **kernel)

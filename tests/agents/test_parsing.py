@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.parsing import ParseResult, ReplyFormat, find_bracket_actions, parse_reply
+from agentenvs.agents.parsing import ParseResult, ReplyFormat, find_bracket_actions, parse_reply
 
 TB = ReplyFormat.THINK_BRACKETS
 

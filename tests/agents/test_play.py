@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 from agentenvs.registration import make
-from agents.experts.base import make_expert
-from agents.play import HELP, PlaySession
+from agentenvs.agents.experts.base import make_expert
+from agentenvs.agents.play import HELP, PlaySession
 
 
 def _session(show_hint: bool) -> tuple[PlaySession, io.StringIO]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.policy import PolicyError, SamplingParams, make_policy, parse_spec
-from agents.scripted import ExpertPolicy, RandomPolicy
+from agentenvs.agents.policy import PolicyError, SamplingParams, make_policy, parse_spec
+from agentenvs.agents.scripted import ExpertPolicy, RandomPolicy
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_sampling_params_are_checked() -> None:
 
 
 def test_transformers_backend_reports_a_missing_model(tmp_path) -> None:
-    from agents.models import ModelNotFoundError
+    from agentenvs.agents.models import ModelNotFoundError
 
     with pytest.raises(ModelNotFoundError, match="no such directory") as info:
         make_policy(f"hf:{tmp_path / 'missing'}")

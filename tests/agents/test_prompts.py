@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents import prompt_templates as T
-from agents.prompts import (
+from agentenvs.agents import prompt_templates as T
+from agentenvs.agents.prompts import (
     PROMPTS,
     Conversation,
     PastStep,
@@ -169,7 +169,7 @@ def test_template_format_error_repeats_the_state() -> None:
 
 
 def test_named_prompts_choose_by_name_and_check_the_environment() -> None:
-    from agents.prompts import NAMED_PROMPTS
+    from agentenvs.agents.prompts import NAMED_PROMPTS
 
     assert {p.name for p in PROMPTS.values()} <= set(NAMED_PROMPTS)
     assert env_prompt("ALFWorld-v0", "alfworld-verl-agent").style == "template"

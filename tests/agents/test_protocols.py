@@ -1,8 +1,8 @@
 """Benchmark protocols: the data, the docs table, and that each prompt agrees with its engine.
 
-The agreement tests play the expert through :func:`agents.rollout.run_rollouts` under each
+The agreement tests play the expert through :func:`agentenvs.agents.rollout.run_rollouts` under each
 protocol: the expert's thought and action are rewritten in the protocol's reply format
-(:func:`agents.prompts.format_reply` with the protocol's prompt), parsed by the protocol's parser
+(:func:`agentenvs.agents.prompts.format_reply` with the protocol's prompt), parsed by the protocol's parser
 and stepped in the environment made with the protocol's keywords; every step must be valid and
 every episode won. Where a prompt teaches action forms (the paper's ALFWorld verbs), the test
 also checks that the played actions use them.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.parsing import PARSERS, get_parser, parse_agentgym_alfworld, project_verl_agent
-from agents.policy import Completion, Policy
-from agents.prompts import NAMED_PROMPTS, env_prompt
-from agents.protocols import (
+from agentenvs.agents.parsing import PARSERS, get_parser, parse_agentgym_alfworld, project_verl_agent
+from agentenvs.agents.policy import Completion, Policy
+from agentenvs.agents.prompts import NAMED_PROMPTS, env_prompt
+from agentenvs.agents.protocols import (
     DEFAULT_PROTOCOLS,
     PROTOCOLS,
     UnknownProtocolError,
@@ -27,7 +27,7 @@ from agents.protocols import (
     get_protocol,
     protocols_markdown,
 )
-from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUPS = [(p, env) for p, protocol in PROTOCOLS.items() for env in protocol.envs]
@@ -101,7 +101,7 @@ def test_agentgym_alfworld_parser() -> None:
 
 
 def _expert_run(env_id: str, protocol: str, tasks: list[str], mode: str = "eval"):
-    from agents.policy import make_policy
+    from agentenvs.agents.policy import make_policy
 
     setup = env_protocol(protocol, env_id)
     config = RolloutConfig(protocol=protocol, max_turns=setup.turns(mode))
@@ -212,7 +212,7 @@ def test_ptgpo_projects_invalid_replies_and_steps_them() -> None:
 
 
 def test_prefix_grpo_answers_unparseable_replies_without_stepping() -> None:
-    from agents import prompt_templates as T
+    from agentenvs.agents import prompt_templates as T
 
     policy = _ScriptedReplies(["I am not sure what to do.\nMaybe look around?"])
     config = RolloutConfig(protocol="prefix-grpo", max_turns=2)
@@ -225,8 +225,8 @@ def test_prefix_grpo_answers_unparseable_replies_without_stepping() -> None:
 def test_cuts_of_agentgym_alfworld_replay_on_agentgym_games() -> None:
     """A prefix-grpo ALFWorld teacher trajectory (``put X in/on Y``) records its environment
     keywords, so replay validation plays AgentGym's games too and every cut validates."""
-    from replay.query import build_query
-    from replay.validate import ValidationStatus, validate_queries
+    from agentenvs.replay.query import build_query
+    from agentenvs.replay.validate import ValidationStatus, validate_queries
 
     _, (traj,) = _expert_run("ALFWorld-v0", "prefix-grpo", ["agentgym/2424"])
     assert traj.metadata["env_kwargs"] == {"game_version": "agentgym"}

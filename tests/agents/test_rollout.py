@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from agentenvs.registration import make
-from agents import prompt_templates as T
-from agents.parsing import get_parser
-from agents.policy import Completion, Policy, SamplingParams, make_policy
-from agents.prompts import format_reply, parse_action, prompt_messages
-from agents.protocols import env_protocol
-from agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, plan_episodes, run_rollouts
-from agents.trajectory import Trajectory
+from agentenvs.agents import prompt_templates as T
+from agentenvs.agents.parsing import get_parser
+from agentenvs.agents.policy import Completion, Policy, SamplingParams, make_policy
+from agentenvs.agents.prompts import format_reply, parse_action, prompt_messages
+from agentenvs.agents.protocols import env_protocol
+from agentenvs.agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+from agentenvs.agents.trajectory import Trajectory
 
 from .conftest import cut_spec, has_expert, registered_envs
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from agentenvs.registration import make
-from agents.backends.kv_cache import PrefixCache, common_prefix_length
-from agents.backends.transformers_backend import TransformersPolicy, left_pad, sample_next
-from agents.policy import SamplingParams
-from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+from agentenvs.agents.backends.kv_cache import PrefixCache, common_prefix_length
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy, left_pad, sample_next
+from agentenvs.agents.policy import SamplingParams
+from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
 from .conftest import CONVERSATIONS, SYSTEM, logprob_gap, teacher_forced_diff
 
@@ -230,7 +230,7 @@ def test_changed_weights_drop_the_cache(tiny_model_dir) -> None:
 def test_prefix_cache_matching() -> None:
     cache = PrefixCache(budget_bytes=1 << 30)
     layers = [(torch.zeros(1, 1, 40, 4), torch.zeros(1, 1, 40, 4))]
-    from agents.backends.kv_cache import CachedSequence
+    from agentenvs.agents.backends.kv_cache import CachedSequence
 
     cache.store("a", CachedSequence(list(range(40)), layers))
     assert cache.match("a", list(range(50)))[1] == 40  # full extension
@@ -332,7 +332,7 @@ def test_decode_attention_option(tiny_model_dir) -> None:
 
 
 def test_bmm_attention_reads_whole_buffers_only_from_their_start() -> None:
-    from agents.backends.cpu_attention import _whole_buffer
+    from agentenvs.agents.backends.cpu_attention import _whole_buffer
 
     buffer = torch.zeros(2, 3, 40, 8, dtype=torch.bfloat16)
     whole = _whole_buffer(buffer[:, :, :25])

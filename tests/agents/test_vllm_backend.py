@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from agents.backends import vllm_backend
-from agents.policy import BackendError, SamplingParams
+from agentenvs.agents.backends import vllm_backend
+from agentenvs.agents.policy import BackendError, SamplingParams
 
 HAVE_VLLM = vllm_backend.vllm_available()
 REQUIRE = os.environ.get("AGENTENVS_REQUIRE_VLLM") == "1"
@@ -73,7 +73,7 @@ def test_vllm_generates_with_logprobs(vllm_policy, tiny_model_dir) -> None:
 
 
 def test_vllm_rollout_on_textcraft(vllm_policy) -> None:
-    from agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
 
     stats = RolloutStats()
     config = RolloutConfig(max_turns=2, sampling=SamplingParams(max_new_tokens=16, seed=0))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.demo import available_envs, format_summary, run_demo
+from agentenvs.benchmarks.demo import available_envs, format_summary, run_demo
 
 
 def test_available_envs_reports_unknown_ids() -> None:
@@ -28,8 +28,8 @@ def test_demo_on_textcraft(tmp_path, capsys) -> None:
 
 
 def test_learning_demo_runs_the_pipeline_on_held_out_tasks(tmp_path, capsys) -> None:
-    from benchmarks.demo import learning_demo
-    from benchmarks.learning.settings import preset
+    from agentenvs.benchmarks.demo import learning_demo
+    from agentenvs.benchmarks.learning.settings import preset
 
     settings = preset("smoke", arms=("sft", "prefix-grpo"), seeds=(0,))
     summary = learning_demo(tmp_path, settings=settings, progress=False)

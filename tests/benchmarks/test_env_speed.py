@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from benchmarks.speed import textcraft
-from benchmarks.timing import format_table
+from agentenvs.benchmarks.speed import textcraft
+from agentenvs.benchmarks.timing import format_table
 
 
 def test_textcraft_kind_rows() -> None:
@@ -23,7 +23,7 @@ def test_textcraft_kind_rows() -> None:
 def test_babyai_walk_row() -> None:
     if importlib.util.find_spec("minigrid") is None:
         pytest.skip("needs minigrid")
-    from benchmarks.speed import babyai
+    from agentenvs.benchmarks.speed import babyai
 
     row = babyai._walk_row(quick=True)
     assert row.baseline_seconds and row.seconds > 0 and row.met is not None

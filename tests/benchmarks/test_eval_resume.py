@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from agentenvs.cli import main as cli_main
-from agents.trajectory import TrajectoryFormatError, drop_truncated_tail, read_trajectories
-from benchmarks.evaluate import EvalSettings, evaluate, resume_command
+from agentenvs.agents.trajectory import TrajectoryFormatError, drop_truncated_tail, read_trajectories
+from agentenvs.benchmarks.evaluate import EvalSettings, evaluate, resume_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"env_id": "TextCraft-v0", "agent": "random:1", "k": 2, "limit": 3, "max_turns": 3}
@@ -146,8 +146,8 @@ def test_a_resumed_llm_eval_samples_what_an_unbroken_one_does(tmp_path) -> None:
     """Sampled replies (tiny model, temperature 1): with per-episode seeds (the default) an eval
     interrupted after 2 of 4 episodes and resumed one episode at a time writes the unbroken
     run's replies; with one seed per call (``seeding="call"``) it does not."""
-    from agents.backends.kv_cache import writes_in_place
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.backends.kv_cache import writes_in_place
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     if not writes_in_place():
         pytest.skip("needs transformers 5 buffer caches")

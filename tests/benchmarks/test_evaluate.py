@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from agentenvs.cli import main as cli_main
-from agents.trajectory import read_trajectories
-from benchmarks.evaluate import EvalSettings, EvalSettingsError, evaluate
+from agentenvs.agents.trajectory import read_trajectories
+from agentenvs.benchmarks.evaluate import EvalSettings, EvalSettingsError, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,7 +157,7 @@ def test_resume_after_kill_has_no_duplicate_and_no_loss(tmp_path) -> None:
 
 def test_limit_is_a_seeded_sample_across_families() -> None:
     from agentenvs.registration import make
-    from agents.task_sample import family_counts, sample_tasks
+    from agentenvs.agents.task_sample import family_counts, sample_tasks
 
     env = make("TextCraft-v0")
     ids = env.task_ids("test")
@@ -175,14 +175,14 @@ def test_limit_is_a_seeded_sample_across_families() -> None:
     assert len(set(family_counts(sample_tasks(ids, env.family, 2), env.family))) == 2
     with pytest.raises(ValueError, match=">= 1"):
         sample_tasks(ids, env.family, 0)
-    from train.rl.starts import task_starts  # training draws the same sample (data.limit)
+    from agentenvs.train.rl.starts import task_starts  # training draws the same sample (data.limit)
 
     assert [s.task_id for s in task_starts("TextCraft-v0", [], "test", 20)] == first
 
 
 def test_alfworld_train_limit_covers_every_family() -> None:
     from agentenvs.registration import make
-    from agents.task_sample import family_counts, sample_tasks
+    from agentenvs.agents.task_sample import family_counts, sample_tasks
 
     env = make("ALFWorld-v0")
     ids = env.task_ids("train")

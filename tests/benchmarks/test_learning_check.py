@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from benchmarks.learning.report import arm_table, paired
-from benchmarks.learning_check import main, preset, run_benchmark
+from agentenvs.benchmarks.learning.report import arm_table, paired
+from agentenvs.benchmarks.learning_check import main, preset, run_benchmark
 
 
 def test_paired_difference_and_seed_standard_error():
@@ -46,7 +46,7 @@ def test_smoke_benchmark_end_to_end_and_resume(tmp_path, capsys):
     assert {env.family(t) for t in evals} == {"depth-1", "depth-2"}
     # RL (and Prefix-GRPO's teacher) played the training tasks under permuted item names
     assert summary["rl_task_ids"] == train and summary["rl_name_permutations"] == 2
-    from agents.trajectory import read_trajectories
+    from agentenvs.agents.trajectory import read_trajectories
 
     teacher = list(read_trajectories(tmp_path / "rl-expert.jsonl"))
     assert [t.task_id for t in teacher] == [f"{t}/names-{k}" for t in train for k in (1, 2)]
@@ -84,7 +84,7 @@ def test_smoke_benchmark_end_to_end_and_resume(tmp_path, capsys):
 def test_renamed_copies_keep_the_episode_consistent():
     """The copies rename every item consistently: each action still names items of the
     observation's recipes, and the goal's recipe still leads to the goal."""
-    from benchmarks.learning.model import _item_names, expert_trajectories, renamed_copies
+    from agentenvs.benchmarks.learning.model import _item_names, expert_trajectories, renamed_copies
 
     trajs = expert_trajectories("TextCraft-v0", ["agentgym/31", "agentgym/200", "agentgym/230"])
     copies = renamed_copies(trajs, 3, seed=1)
@@ -111,7 +111,7 @@ def test_item_names_are_one_token_each_and_the_rename_pool(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from benchmarks.learning.model import (
+    from agentenvs.benchmarks.learning.model import (
         CHECK_MODEL,
         _item_names,
         build_env_model,
@@ -144,7 +144,7 @@ def test_a_directory_of_other_settings_is_refused(tmp_path):
 
 
 def test_an_older_run_without_a_later_field_is_its_default(tmp_path):
-    from benchmarks.learning.run import _check_settings
+    from agentenvs.benchmarks.learning.run import _check_settings
 
     settings = preset("sokoban")
     older = {k: v for k, v in settings.to_json().items() if k not in ("arms", "seeds", "threads")}
@@ -166,7 +166,7 @@ def test_undefined_statistics_are_null_not_nan():
 
 def test_rl_tasks_filtered_by_commands_and_played_under_permuted_names():
     from agentenvs.textcraft import TextCraftEnv
-    from benchmarks.learning.settings import rl_task_ids
+    from agentenvs.benchmarks.learning.settings import rl_task_ids
 
     train = [f"agentgym/{i}" for i in range(31, 61)]
     assert rl_task_ids(preset("smoke", rl_name_permutations=0), train) == train
@@ -191,7 +191,7 @@ def test_renamed_copies_do_not_depend_on_the_hash_seed():
 
     code = (
         "import json\n"
-        "from benchmarks.learning.model import expert_trajectories, renamed_copies, "
+        "from agentenvs.benchmarks.learning.model import expert_trajectories, renamed_copies, "
         "textcraft_item_names\n"
         "trajs = expert_trajectories('TextCraft-v0', [f'agentgym/{i}' for i in range(31, 37)])\n"
         "copies = renamed_copies(trajs, 3, seed=5, pool=textcraft_item_names())\n"

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from benchmarks.metrics import OVERALL, TaskOutcome, avg_at_k, pass_at_k, summarize, task_outcomes
+from agentenvs.benchmarks.metrics import OVERALL, TaskOutcome, avg_at_k, pass_at_k, summarize, task_outcomes
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks import replay_speed
-from benchmarks.timing import format_table
+from agentenvs.benchmarks import replay_speed
+from agentenvs.benchmarks.timing import format_table
 
 
 def test_bench_quick_rows_and_notes() -> None:

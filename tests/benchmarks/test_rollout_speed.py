@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from benchmarks.rollout_speed import measure
+from agentenvs.benchmarks.rollout_speed import measure
 
 
 def test_rollout_speed_quick(tmp_path) -> None:
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     speed = measure(True, episodes=4, model_dir=build_tiny_model(tmp_path / "tiny"), threads=1)
     assert (
@@ -21,8 +21,8 @@ def test_rollout_speed_quick(tmp_path) -> None:
 
 
 def test_eval_speedup_runs_both_settings_on_the_same_episodes(tmp_path) -> None:
-    from agents.tiny_model import build_tiny_model
-    from benchmarks.rollout_speed import measure_eval_speedup
+    from agentenvs.agents.tiny_model import build_tiny_model
+    from agentenvs.benchmarks.rollout_speed import measure_eval_speedup
 
     speedup = measure_eval_speedup(
         build_tiny_model(tmp_path / "tiny"),

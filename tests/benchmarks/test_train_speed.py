@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.train_speed import (
+from agentenvs.benchmarks.train_speed import (
     QWEN3_1P7B,
     ModelShape,
     generate_speed,

@@ -30,8 +30,8 @@ from agentenvs.checker import (  # noqa: E402
     fuzz_actions,
     rollout_in_subprocess,
 )
-from agents.experts.babyai import BabyAIExpert  # noqa: E402
-from agents.experts.base import ExpertFailure, make_expert  # noqa: E402
+from agentenvs.agents.experts.babyai import BabyAIExpert  # noqa: E402
+from agentenvs.agents.experts.base import ExpertFailure, make_expert  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_ID = "BabyAI-Text-v0"

@@ -25,8 +25,8 @@ from agentenvs.core import (
 )
 from agentenvs.sokoban import ACTIONS, SokobanEnv, generate_room, parse_grid
 from agentenvs.sokoban.generator import retry_seed
-from agents.experts.base import ExpertFailure, make_expert
-from agents.experts.sokoban import SokobanExpert, shortest_solution
+from agentenvs.agents.experts.base import ExpertFailure, make_expert
+from agentenvs.agents.experts.sokoban import SokobanExpert, shortest_solution
 
 FIXTURE = Path(__file__).parent / "data" / "sokoban_verl_agent_rooms.json"
 REPO = Path(__file__).resolve().parents[2]

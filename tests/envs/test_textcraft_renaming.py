@@ -13,7 +13,7 @@ from agentenvs.core import UnknownTaskError
 from agentenvs.textcraft import TextCraftEnv, default_tree
 from agentenvs.textcraft.crafting import item_id_to_str
 from agentenvs.textcraft.renaming import item_renaming
-from agents.experts.textcraft import TextCraftExpert
+from agentenvs.agents.experts.textcraft import TextCraftExpert
 
 TASKS = ["agentgym/40", "agentgym/200", "agentgym/301", "agentgym/533", "adapt/7", "adapt/150"]
 

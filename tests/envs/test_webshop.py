@@ -27,7 +27,7 @@ from agentenvs.webshop.reward import (
     type_reward,
 )
 from agentenvs.webshop.search import BM25Index, byte4_to_int, int_to_byte4
-from agents.experts.webshop import WebShopExpert
+from agentenvs.agents.experts.webshop import WebShopExpert
 
 DATA = Path(__file__).resolve().parent / "data"
 SHARED_GOLD = Path(__file__).resolve().parents[3] / "shared/data/webshop/lucene_gold_1k.json"

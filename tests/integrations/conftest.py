@@ -1,6 +1,6 @@
 """Fixtures of the integration tests: a tiny tool-calling model (no hub).
 
-:func:`tool_model` builds the tiny Qwen3-architecture model of :mod:`agents.tiny_model` with
+:func:`tool_model` builds the tiny Qwen3-architecture model of :mod:`agentenvs.agents.tiny_model` with
 TRL's own Qwen2.5 chat template (tool calls as ``<tool_call>{json}</tool_call>``, which TRL
 knows how to parse) and teaches it, in a few dozen SFT steps on one Sokoban task's prompt, to
 answer with one ``act`` tool call carrying one of the four moves (about evenly). On that task
@@ -36,7 +36,7 @@ def tool_call_message(action: str) -> dict:
 
 
 def sokoban_prompt() -> list[dict]:
-    from integrations.trl import environment_factory, train_dataset
+    from agentenvs.integrations.trl import environment_factory, train_dataset
 
     row = train_dataset("Sokoban-v0", limit=1, protocol=None)[0]  # no system turn
     env = environment_factory("Sokoban-v0", protocol=None)()
@@ -59,7 +59,7 @@ def reply_model(tmp_path_factory) -> Path:
     to the task's first prompt, for agent loops that parse text replies."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from integrations.episode import TextEpisode
+    from agentenvs.integrations.episode import TextEpisode
 
     replies = [{"role": "assistant", "content": f"<action>{m}</action>"} for m in MOVES]
     prompt = TextEpisode("Sokoban-v0", protocol=None).start(TASK)
@@ -74,7 +74,7 @@ def build_tool_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from agents.tiny_model import TinyModelSpec, build_tiny_model
+    from agentenvs.agents.tiny_model import TinyModelSpec, build_tiny_model
 
     prompt = prompt or sokoban_prompt()
     tok = AutoTokenizer.from_pretrained(

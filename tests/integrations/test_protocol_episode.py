@@ -1,7 +1,7 @@
 """The integrations play our benchmark protocols: an episode played through
-:class:`integrations.episode.TextEpisode` (what the TRL adapter and the verl agent loop drive)
+:class:`agentenvs.integrations.episode.TextEpisode` (what the TRL adapter and the verl agent loop drive)
 under a protocol gives the same prompts, actions, rewards and validity as
-:func:`agents.rollout.run_rollouts` with the same protocol and the same replies.
+:func:`agentenvs.agents.rollout.run_rollouts` with the same protocol and the same replies.
 
 The replies are the expert's (played by ``run_rollouts``, written in the protocol's reply
 format), replayed through both drivers by a fixed-reply policy that keeps every prompt it is
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.policy import Completion, Policy, make_policy
-from agents.protocol_rules import ProtocolRules
-from agents.protocols import PROTOCOLS, env_protocol
-from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
-from integrations.episode import INVALID_ACTION, TextEpisode
+from agentenvs.agents.policy import Completion, Policy, make_policy
+from agentenvs.agents.protocol_rules import ProtocolRules
+from agentenvs.agents.protocols import PROTOCOLS, env_protocol
+from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+from agentenvs.integrations.episode import INVALID_ACTION, TextEpisode
 
 SETUPS = [(p, env) for p, protocol in PROTOCOLS.items() for env in protocol.envs]
 TASKS = {"ALFWorld-v0": "agentgym/2424", "TextCraft-v0": "agentgym/0"}
@@ -100,7 +100,7 @@ def test_expert_replies_play_the_same_under_each_protocol(protocol: str, env_id:
 def test_malformed_reply_under_ptgpo_projects_to_still() -> None:
     """verl-agent's handling, through both drivers: a reply without tags is stepped as Sokoban's
     ``still`` (reward -0.1), recorded invalid and projected; the penalty applies to it."""
-    from train.rl.batch import _format_invalid
+    from agentenvs.train.rl.batch import _format_invalid
 
     replies = ["I would like to go up", "<think>x</think><action>up</action>"]
     traj, rollout_prompts, episode, prompts = _both("Sokoban-v0", "ptgpo", "seed/0", replies, 2)
@@ -120,7 +120,7 @@ def test_malformed_reply_under_ptgpo_projects_to_still() -> None:
 
 
 def test_malformed_reply_under_prefix_grpo_gets_the_feedback() -> None:
-    from agents import prompt_templates as T
+    from agentenvs.agents import prompt_templates as T
 
     replies = ["I am not sure what to do.\nMaybe look around?"] * 2 + [
         "Think: x\nAction: [[ inventory ]]"
@@ -158,11 +158,11 @@ def test_default_protocol_and_act_take_a_bare_action() -> None:
 def test_verl_estimators_apply_the_invalid_penalty_as_our_trainer_does() -> None:
     """With ``agentenvs_format_valid`` and ``agentenvs_invalid_penalty`` (the agent loop's keys)
     the step rewards lose the penalty where the reply broke the format: the same advantages as
-    rewards reduced by hand (train.rl.batch's rule) without the keys."""
+    rewards reduced by hand (agentenvs.train.rl.batch's rule) without the keys."""
     import numpy as np
     import torch
 
-    from integrations.verl.estimators import step_advantages
+    from agentenvs.integrations.verl.estimators import step_advantages
 
     def column(values):
         out = np.empty(len(values), dtype=object)
@@ -196,8 +196,8 @@ def test_verl_estimators_apply_the_invalid_penalty_as_our_trainer_does() -> None
 
 
 def test_verl_dataset_rows_name_the_protocol(tmp_path) -> None:
-    from agents.prompts import system_prompt
-    from integrations.verl.dataset import dataset_rows, main
+    from agentenvs.agents.prompts import system_prompt
+    from agentenvs.integrations.verl.dataset import dataset_rows, main
 
     (row,) = dataset_rows("ALFWorld-v0", "train", limit=1, protocol="prefix-grpo")
     assert row["extra_info"]["protocol"] == "prefix-grpo"

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
-from integrations.trl import (  # noqa: E402
+from agentenvs.integrations.trl import (  # noqa: E402
     EPISODE_OVER,
     TOOL_NOTE,
     environment_factory,
@@ -22,9 +22,9 @@ ENV_IDS = ("TextCraft-v0", "BabyAI-Text-v0", "Sokoban-v0", "WebShop-v0", "ALFWor
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_every_environment_plays_through_the_trl_interface(env_id):
-    from agents.prompts import Conversation, system_prompt
-    from agents.protocol_rules import ProtocolRules
-    from integrations.episode import make_env
+    from agentenvs.agents.prompts import Conversation, system_prompt
+    from agentenvs.agents.protocol_rules import ProtocolRules
+    from agentenvs.integrations.episode import make_env
 
     rules = ProtocolRules.of(env_id)  # the environment's default protocol, as TRL plays it
     data = train_dataset(env_id, limit=2)

@@ -33,8 +33,8 @@ from verl_helpers import TransformersServer, make_agent_loop  # noqa: E402
 def test_agent_loop_plays_one_episode(reply_model, seed, response_length, turns):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from integrations.episode import TextEpisode
-    from integrations.verl.dataset import dataset_rows
+    from agentenvs.integrations.episode import TextEpisode
+    from agentenvs.integrations.verl.dataset import dataset_rows
 
     tokenizer = AutoTokenizer.from_pretrained(reply_model)
     model = AutoModelForCausalLM.from_pretrained(reply_model).eval()
@@ -80,7 +80,7 @@ def test_agent_loop_plays_one_episode(reply_model, seed, response_length, turns)
 def test_agent_loop_stops_at_the_response_budget(reply_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from integrations.verl.dataset import dataset_rows
+    from agentenvs.integrations.verl.dataset import dataset_rows
 
     tokenizer = AutoTokenizer.from_pretrained(reply_model)
     model = AutoModelForCausalLM.from_pretrained(reply_model).eval()
@@ -109,10 +109,10 @@ def test_agent_loop_outputs_feed_ptgpo_through_verls_compute_advantage(reply_mod
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
 
-    from integrations.verl import install
-    from integrations.verl.dataset import dataset_rows
-    from integrations.verl.estimators import STEP_KEYS
-    from train.advantages import AdvantageBatch, get_advantage_estimator
+    from agentenvs.integrations.verl import install
+    from agentenvs.integrations.verl.dataset import dataset_rows
+    from agentenvs.integrations.verl.estimators import STEP_KEYS
+    from agentenvs.train.advantages import AdvantageBatch, get_advantage_estimator
 
     tokenizer = AutoTokenizer.from_pretrained(reply_model)
     model = AutoModelForCausalLM.from_pretrained(reply_model).eval()
@@ -159,7 +159,7 @@ def test_agent_loop_config_entry_resolves_to_our_class():
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from integrations.verl.agent_loop import AgentenvsAgentLoop
+    from agentenvs.integrations.verl.agent_loop import AgentenvsAgentLoop
 
     (entry,) = OmegaConf.create(AGENT_LOOP_YAML)
     assert entry.name == "agentenvs_agent"
@@ -168,7 +168,7 @@ def test_agent_loop_config_entry_resolves_to_our_class():
 
 AGENT_LOOP_YAML = """
 - name: agentenvs_agent
-  _target_: integrations.verl.agent_loop.AgentenvsAgentLoop
+  _target_: agentenvs.integrations.verl.agent_loop.AgentenvsAgentLoop
 """
 
 
@@ -179,8 +179,8 @@ def test_agent_loop_plays_the_rows_protocol(reply_model):
     keys: ``agentenvs_format_valid`` per turn and the protocol's penalty."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from integrations.episode import TextEpisode
-    from integrations.verl.dataset import dataset_rows
+    from agentenvs.integrations.episode import TextEpisode
+    from agentenvs.integrations.verl.dataset import dataset_rows
 
     tokenizer = AutoTokenizer.from_pretrained(reply_model)
     model = AutoModelForCausalLM.from_pretrained(reply_model).eval()

@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("verl")
 
-from integrations.verl import install  # noqa: E402
-from integrations.verl.estimators import STEP_KEYS, configure  # noqa: E402
-from train.advantages import AdvantageBatch, get_advantage_estimator  # noqa: E402
-from train.losses import agg_loss  # noqa: E402
+from agentenvs.integrations.verl import install  # noqa: E402
+from agentenvs.integrations.verl.estimators import STEP_KEYS, configure  # noqa: E402
+from agentenvs.train.advantages import AdvantageBatch, get_advantage_estimator  # noqa: E402
+from agentenvs.train.losses import agg_loss  # noqa: E402
 
 # two groups of episodes: (anchor, action, reward) per turn; shared anchors make step groups
 GROUPS = [

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from integrations.verl.dataset import AGENT_NAME, main  # noqa: E402
+from agentenvs.integrations.verl.dataset import AGENT_NAME, main  # noqa: E402
 
 
 def test_dataset_command_writes_what_rlhfdataset_reads(tmp_path, capsys, tool_model):
@@ -16,7 +16,7 @@ def test_dataset_command_writes_what_rlhfdataset_reads(tmp_path, capsys, tool_mo
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     from agentenvs.registration import make
-    from agents.prompts import system_prompt
+    from agentenvs.agents.prompts import system_prompt
 
     assert main(["TextCraft-v0", "--split", "test", "-o", str(tmp_path), "--limit", "5"]) == 0
     path = tmp_path / "test.parquet"

@@ -12,13 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("verl")
 
-from integrations.verl import install  # noqa: E402
-from integrations.verl.prefix_loss import (  # noqa: E402
+from agentenvs.integrations.verl import install  # noqa: E402
+from agentenvs.integrations.verl.prefix_loss import (  # noqa: E402
     LOSS_MODE,
     configure,
     prefix_grpo_policy_loss,
 )
-from train.losses import PolicyLossConfig, policy_loss  # noqa: E402
+from agentenvs.train.losses import PolicyLossConfig, policy_loss  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))  # verl_helpers
 B, L = 4, 9
@@ -154,12 +154,12 @@ def test_cut_state_queries_flow_from_replay_to_the_prefix_loss(tmp_path, reply_m
     from verl.trainer.ppo import ray_trainer
     from verl_helpers import TransformersServer, make_agent_loop
 
-    from agents.policy import make_policy
-    from agents.rollout import plan_episodes, run_rollouts
-    from agents.trajectory import write_trajectories
-    from integrations.verl.dataset import main
-    from replay import CutConfig, run_cuts
-    from replay.io import QUERY_SCHEMA, read_rows
+    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.rollout import plan_episodes, run_rollouts
+    from agentenvs.agents.trajectory import write_trajectories
+    from agentenvs.integrations.verl.dataset import main
+    from agentenvs.replay import CutConfig, run_cuts
+    from agentenvs.replay.io import QUERY_SCHEMA, read_rows
 
     # agentgym/6: the expert takes three steps, so a cut at half leaves the episode open
     trajs = run_rollouts(make_policy("expert"), "TextCraft-v0", plan_episodes(["agentgym/6"], 1))

@@ -16,7 +16,7 @@ def test_worker_process_setup_hook_installs_our_estimators():
         num_cpus=1,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": "integrations.verl.install"},
+        runtime_env={"worker_process_setup_hook": "agentenvs.integrations.verl.install"},
     )
     try:
 

@@ -47,7 +47,7 @@ def make_agent_loop(tokenizer, server, response_length=256, max_turns=3):
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
-    from integrations.verl.agent_loop import AgentenvsAgentLoop
+    from agentenvs.integrations.verl.agent_loop import AgentenvsAgentLoop
 
     config = OmegaConf.create(
         {

@@ -1,7 +1,7 @@
 """Fixtures of the replay tests: the tiny local model and expert-played teacher trajectories.
 
 Trajectories are built here by stepping the real environment with its scripted expert and writing
-:class:`agents.trajectory.Trajectory` records with a simple local message list (system prompt,
+:class:`agentenvs.agents.trajectory.Trajectory` records with a simple local message list (system prompt,
 observation as the user turn, ``Think: ...\\nAction: [[ ... ]]`` as the assistant turn), so these
 tests do not depend on the agents' prompt and rollout modules.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agents.trajectory import StepRecord, Trajectory
+from agentenvs.agents.trajectory import StepRecord, Trajectory
 
 SYSTEM = "You are an agent in a text environment. Think, then give one action as Action: [[ ... ]]"
 
@@ -28,7 +28,7 @@ def play(
     """One expert episode as a Trajectory; ``insert[i]`` is played instead of the expert at turn
     ``i``. Without ``final_observation`` the message list ends at the last assistant turn."""
     from agentenvs import make
-    from agents.experts import make_expert
+    from agentenvs.agents.experts import make_expert
 
     env = make(env_id)
     expert = make_expert(env_id)
@@ -89,7 +89,7 @@ def unparsed_turn(traj: Trajectory, turn: int, feedback: str = "Invalid format."
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-model")))
 
@@ -97,14 +97,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def tiny_lm(tiny_model_dir: str):
     """(model, tokenizer) of the tiny model, loaded once."""
-    from replay.scoring import load_model
+    from agentenvs.replay.scoring import load_model
 
     return load_model(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")
 def scorer(tiny_lm):
-    from replay.scoring import TokenScorer
+    from agentenvs.replay.scoring import TokenScorer
 
     model, tokenizer = tiny_lm
     return TokenScorer(model, pad_token_id=tokenizer.pad_token_id, batch_tokens=4096)

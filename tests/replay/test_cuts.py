@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.cuts import (
+from agentenvs.replay.cuts import (
     FIXED_RATIO_PRESETS,
     CutConfig,
     CutStrategy,
@@ -17,7 +17,7 @@ from replay.cuts import (
     token_scores,
     top_k_turns,
 )
-from replay.query import (
+from agentenvs.replay.query import (
     DROP_EPISODE_OVER,
     DROP_NO_OBSERVATION,
     RAW_STRATEGY,
@@ -179,7 +179,7 @@ def test_misaligned_trajectory_is_a_clear_error(expert_trajectory) -> None:
 
 
 def test_query_row_round_trip(expert_trajectory) -> None:
-    from replay.query import CutQuery
+    from agentenvs.replay.query import CutQuery
 
     traj = expert_trajectory("TextCraft-v0", "agentgym/140")
     q = build_query(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from replay.io import (
+from agentenvs.replay.io import (
     QUERY_SCHEMA,
     SCHEMA_VERSIONS,
     VALIDATED_SCHEMA,

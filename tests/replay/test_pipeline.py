@@ -7,16 +7,16 @@ from collections import Counter
 import pytest
 
 from agentenvs.cli import COMMANDS, main
-from agents.trajectory import write_trajectories
-from replay.io import QUERY_SCHEMA, SAMPLE_SCHEMA, VALIDATED_SCHEMA, read_rows
+from agentenvs.agents.trajectory import write_trajectories
+from agentenvs.replay.io import QUERY_SCHEMA, SAMPLE_SCHEMA, VALIDATED_SCHEMA, read_rows
 
 
 @pytest.fixture(scope="module")
 def expert_file(tmp_path_factory):
     """Expert trajectories written by the agents' rollouts: TextCraft (chat-style prompts) and
     Sokoban (template-style prompts)."""
-    from agents.rollout import plan_episodes, run_rollouts
-    from agents.scripted import ExpertPolicy
+    from agentenvs.agents.rollout import plan_episodes, run_rollouts
+    from agentenvs.agents.scripted import ExpertPolicy
 
     trajectories = []
     for env_id, ids in [
@@ -32,7 +32,7 @@ def expert_file(tmp_path_factory):
 
 def test_commands_are_registered() -> None:
     for name in ("replay cuts", "replay validate", "replay sidecar"):
-        assert COMMANDS[name][0].startswith("replay.cli:")
+        assert COMMANDS[name][0].startswith("agentenvs.replay.cli:")
 
 
 def test_end_to_end(expert_file, tiny_model_dir, tmp_path, capsys) -> None:
@@ -143,9 +143,9 @@ def test_cli_errors_are_clear(expert_file, tmp_path, capsys) -> None:
 
 
 def test_bad_inputs_are_counted_not_dropped(expert_file, tiny_model_dir, tmp_path, capsys) -> None:
-    from replay.cuts import CutConfig, CutStrategy
-    from replay.io import write_rows
-    from replay.stages import run_cuts, run_sidecar
+    from agentenvs.replay.cuts import CutConfig, CutStrategy
+    from agentenvs.replay.io import write_rows
+    from agentenvs.replay.stages import run_cuts, run_sidecar
 
     _, trajectories = expert_file
     broken = trajectories[0].__class__(**{**trajectories[0].__dict__})

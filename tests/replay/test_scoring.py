@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from replay.scoring import TokenScorer, entropy_from_logits, logprobs_from_logits
+from agentenvs.replay.scoring import TokenScorer, entropy_from_logits, logprobs_from_logits
 
 
 def _entropy_by_definition(logits: list[float]) -> float:

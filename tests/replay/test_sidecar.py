@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from replay.query import DroppedCut, build_query, raw_query
-from replay.sidecar import (
+from agentenvs.replay.query import DroppedCut, build_query, raw_query
+from agentenvs.replay.sidecar import (
     PrefixSidecar,
     canonical_messages,
     compute_sidecars,
     sidecar_violations,
 )
-from replay.tokens import ChatTemplateError, render_chat
-from replay.validate import validate_queries
+from agentenvs.replay.tokens import ChatTemplateError, render_chat
+from agentenvs.replay.validate import validate_queries
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import pytest
 
 from agentenvs.core import Outcome, TextEnv
-from replay.query import CutQuery, DroppedCut, build_query, raw_query
-from replay.validate import (
+from agentenvs.replay.query import CutQuery, DroppedCut, build_query, raw_query
+from agentenvs.replay.validate import (
     ReplayStats,
     TrajectoryReplayer,
     ValidationStatus,

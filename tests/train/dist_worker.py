@@ -23,7 +23,7 @@ LR = 0.5
 def synthetic_rows(vocab: int, seed: int = 0) -> list:
     """A fixed batch of step rows: 5 groups of 2 to 4 episodes, 1 to 2 steps each, random
     tokens and rewards (every group has reward variance)."""
-    from train.rl.batch import StepRow
+    from agentenvs.train.rl.batch import StepRow
 
     gen = torch.Generator().manual_seed(seed)
 
@@ -62,15 +62,15 @@ def rank_rows(rows: list, rank: int, world: int) -> list:
 
 def run_update(model, rows: list, agg_mode: str, ctx=None) -> dict[str, float]:
     """Old log-probs, then 2 PPO epochs of SGD steps over ``rows`` (micro-batches of 2)."""
-    from train.losses import PolicyLossConfig
-    from train.rl.batch import compute_advantages
-    from train.rl.update import (
+    from agentenvs.train.losses import PolicyLossConfig
+    from agentenvs.train.rl.batch import compute_advantages
+    from agentenvs.train.rl.update import (
         UpdateSettings,
         apply_correction,
         ppo_update,
         recompute_old_log_probs,
     )
-    from train.runtime import make_scheduler
+    from agentenvs.train.runtime import make_scheduler
 
     device = torch.device("cpu")
     if rows:
@@ -114,7 +114,7 @@ def main_update(model_dir: str, out: str) -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from train.distributed import full_model_state, init_distributed, shard_model
+    from agentenvs.train.distributed import full_model_state, init_distributed, shard_model
 
     faulthandler.dump_traceback_later(150, exit=True)  # a hung collective fails, not hangs
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.advantages import (  # noqa: E402
+from agentenvs.train.advantages import (  # noqa: E402
     AdvantageBatch,
     GiGPOConfig,
     GRPOConfig,

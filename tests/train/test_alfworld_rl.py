@@ -40,9 +40,9 @@ ITERATIONS = 3
 def expert_episodes(tasks: tuple[str, ...]) -> list:
     """The expert's episodes under the ptgpo protocol (verl-agent's ALFWorld prompt and
     ``<think>``/``<action>`` replies), each thought replaced by a short fixed one."""
-    from agents.policy import make_policy
-    from agents.prompts import format_reply
-    from agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.prompts import format_reply
+    from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
     config = RolloutConfig(protocol="ptgpo", max_turns=6)
     trajs = run_rollouts(make_policy("expert"), ENV_ID, plan_episodes(list(tasks), 1), config)
@@ -58,10 +58,10 @@ def expert_episodes(tasks: tuple[str, ...]) -> list:
 
 @pytest.fixture(scope="module")
 def sft_model(tmp_path_factory) -> Path:
-    from agents.trajectory import write_trajectories
-    from benchmarks.learning_check import CHECK_MODEL, build_env_model
-    from train.config import load_config
-    from train.sft import SFTConfig, train_sft
+    from agentenvs.agents.trajectory import write_trajectories
+    from agentenvs.benchmarks.learning_check import CHECK_MODEL, build_env_model
+    from agentenvs.train.config import load_config
+    from agentenvs.train.sft import SFTConfig, train_sft
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

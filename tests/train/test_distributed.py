@@ -67,7 +67,7 @@ def cli(*args: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -113,8 +113,8 @@ def test_rl_update_on_two_ranks_equals_one_process(tiny, tmp_path):
 
 @pytest.fixture(scope="module")
 def sft_data(tmp_path_factory) -> Path:
-    from agents.trajectory import write_trajectories
-    from benchmarks.learning_check import expert_trajectories
+    from agentenvs.agents.trajectory import write_trajectories
+    from agentenvs.benchmarks.learning_check import expert_trajectories
 
     path = tmp_path_factory.mktemp("sft") / "expert.jsonl"
     write_trajectories(path, expert_trajectories("TextCraft-v0", ["agentgym/0", "agentgym/1"]))
@@ -142,8 +142,8 @@ def sft_overrides(tiny: Path, data: Path, out: Path, max_steps: int) -> list[str
 
 
 def run_sft(overrides: list[str], resume: bool = False) -> Path:
-    from train.config import load_config
-    from train.sft import SFTConfig, train_sft
+    from agentenvs.train.config import load_config
+    from agentenvs.train.sft import SFTConfig, train_sft
 
     return train_sft(load_config(SFTConfig, None, overrides), resume=resume, progress=False)
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.losses import (  # noqa: E402
+from agentenvs.train.losses import (  # noqa: E402
     PolicyLossConfig,
     PrefixBatch,
     PrefixConfig,

@@ -3,7 +3,7 @@
 Each algorithm runs 3 iterations twice from the same SFT model (the trainer fixture's); every
 logged metric that is not a timing and every final weight must be exactly equal. What can make
 two *machines* differ (float kernels, thread counts) is measured by
-:mod:`benchmarks.learning.reproduce` and written up in ``docs/learning-check/README.md``.
+:mod:`agentenvs.benchmarks.learning.reproduce` and written up in ``docs/learning-check/README.md``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
-from train.config import load_config
-from train.rl import RLConfig, RLTrainer
+from agentenvs.train.config import load_config
+from agentenvs.train.rl import RLConfig, RLTrainer
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.envworkers import EnvWorkerError
-from train.config import ConfigError, load_config
-from train.rl import RLConfig, RLTrainer
-from train.rl.config import RolloutSettings
-from train.runtime import NonFiniteLossError, latest_checkpoint
+from agentenvs.agents.envworkers import EnvWorkerError
+from agentenvs.train.config import ConfigError, load_config
+from agentenvs.train.rl import RLConfig, RLTrainer
+from agentenvs.train.rl.config import RolloutSettings
+from agentenvs.train.runtime import NonFiniteLossError, latest_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -114,11 +114,11 @@ def test_trainer_log_probs_match_the_rollout_and_the_sidecars(rl_fixture):
     """With the policy equal to the SFT model that wrote the sidecars, the trainer's reply
     log-probs equal the rollout engine's and its prefix log-probs the sidecar's old ones, in a
     left-padded batch of prompts of different lengths (prefix ratio 1, prefix KL 0)."""
-    from agents.backends.transformers_backend import TransformersPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutConfig
-    from train.rl import build_rows, collate, collect_episodes, load_query_starts
-    from train.rl.update import token_log_probs
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.rollout import RolloutConfig
+    from agentenvs.train.rl import build_rows, collate, collect_episodes, load_query_starts
+    from agentenvs.train.rl.update import token_log_probs
 
     model = transformers.AutoModelForCausalLM.from_pretrained(rl_fixture.sft_model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(rl_fixture.sft_model)
@@ -146,10 +146,10 @@ def test_trainer_log_probs_match_the_rollout_and_the_sidecars(rl_fixture):
 def test_query_starts_in_a_process_pool_equal_in_process(rl_fixture):
     """Query episodes whose prefixes are replayed in worker processes are the in-process ones,
     token for token; each one's prefix turns count against the turn budget."""
-    from agents.backends.transformers_backend import TransformersPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutConfig, make_rollout_pool
-    from train.rl import collect_episodes, load_query_starts
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.rollout import RolloutConfig, make_rollout_pool
+    from agentenvs.train.rl import collect_episodes, load_query_starts
 
     model = transformers.AutoModelForCausalLM.from_pretrained(rl_fixture.sft_model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(rl_fixture.sft_model)
@@ -204,19 +204,19 @@ def test_micro_batches_give_the_same_update(rl_fixture):
     The loop's parts are called one by one here, as a distributed trainer would."""
     import copy
 
-    from agents.backends.transformers_backend import TransformersPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutConfig
-    from train.losses import PolicyLossConfig
-    from train.prefix_loss import PrefixConfig
-    from train.rl import build_rows, collect_episodes, compute_advantages, load_query_starts
-    from train.rl.update import (
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.rollout import RolloutConfig
+    from agentenvs.train.losses import PolicyLossConfig
+    from agentenvs.train.prefix_loss import PrefixConfig
+    from agentenvs.train.rl import build_rows, collect_episodes, compute_advantages, load_query_starts
+    from agentenvs.train.rl.update import (
         UpdateSettings,
         apply_correction,
         ppo_update,
         recompute_old_log_probs,
     )
-    from train.runtime import make_scheduler
+    from agentenvs.train.runtime import make_scheduler
 
     model = transformers.AutoModelForCausalLM.from_pretrained(rl_fixture.sft_model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(rl_fixture.sft_model)
@@ -391,10 +391,10 @@ def test_a_query_whose_replay_fails_is_a_marked_episode(rl_fixture):
     the other queries' episodes are played."""
     import dataclasses
 
-    from agents.backends.transformers_backend import TransformersPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import RolloutConfig
-    from train.rl import collect_episodes, load_query_starts
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.rollout import RolloutConfig
+    from agentenvs.train.rl import collect_episodes, load_query_starts
 
     starts, _ = load_query_starts(rl_fixture.samples, "TextCraft-v0", ["entropy-change"])
     broken = dataclasses.replace(starts[0], prefix_actions=("get 3 stone",))
@@ -408,7 +408,7 @@ def test_a_query_whose_replay_fails_is_a_marked_episode(rl_fixture):
 
 
 def test_start_stream_order_depends_only_on_seed_and_position():
-    from train.rl import StartStream, TaskStart
+    from agentenvs.train.rl import StartStream, TaskStart
 
     starts = [TaskStart(f"t{i}") for i in range(5)]
     whole = StartStream(starts, seed=3).take(12)
@@ -421,8 +421,8 @@ def test_start_stream_order_depends_only_on_seed_and_position():
 
 
 def test_check_model_tokenizer_keeps_the_system_prompt_as_one_token(rl_fixture):
-    from agents.prompts import system_prompt
-    from replay.tokens import render_chat
+    from agentenvs.agents.prompts import system_prompt
+    from agentenvs.replay.tokens import render_chat
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(rl_fixture.sft_model)
     system = system_prompt("TextCraft-v0")

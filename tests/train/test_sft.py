@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from agents.tiny_model import build_tiny_model
-from agents.trajectory import StepRecord, Trajectory, write_trajectories
-from train.config import ConfigError, load_config
-from train.sft import (
+from agentenvs.agents.tiny_model import build_tiny_model
+from agentenvs.agents.trajectory import StepRecord, Trajectory, write_trajectories
+from agentenvs.train.config import ConfigError, load_config
+from agentenvs.train.sft import (
     IGNORE_INDEX,
     SFTConfig,
     _collate,
@@ -30,7 +30,7 @@ def tiny(tmp_path_factory):
 
 def expert_trajectory(task_id: str) -> Trajectory:
     from agentenvs.textcraft import TextCraftEnv
-    from agents.experts.textcraft import TextCraftExpert
+    from agentenvs.agents.experts.textcraft import TextCraftExpert
 
     env, expert = TextCraftEnv(), TextCraftExpert()
     obs, _ = env.reset(options={"task_id": task_id})
@@ -103,9 +103,9 @@ def test_template_prompt_trains_each_reply_after_its_own_prompt():
     """Sokoban's prompt is one user message per step restating the history: SFT must train each
     reply after that message (what the policy is given), not after the whole conversation."""
     from agentenvs.registration import env_class
-    from agents.policy import make_policy
-    from agents.prompts import prompt_messages
-    from agents.rollout import plan_episodes, run_rollouts
+    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.prompts import prompt_messages
+    from agentenvs.agents.rollout import plan_episodes, run_rollouts
 
     task = env_class("Sokoban-v0")().task_ids("train")[0]
     (traj,) = run_rollouts(make_policy("expert"), "Sokoban-v0", plan_episodes([task], 1))

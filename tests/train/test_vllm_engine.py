@@ -20,9 +20,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from agents.policy import BackendError  # noqa: E402
-from train.config import load_config  # noqa: E402
-from train.rl import RLConfig, RLTrainer, vllm_engine  # noqa: E402
+from agentenvs.agents.policy import BackendError  # noqa: E402
+from agentenvs.train.config import load_config  # noqa: E402
+from agentenvs.train.rl import RLConfig, RLTrainer, vllm_engine  # noqa: E402
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 REQUIRE = os.environ.get("AGENTENVS_REQUIRE_VLLM") == "1"
@@ -30,7 +30,7 @@ REQUIRE = os.environ.get("AGENTENVS_REQUIRE_VLLM") == "1"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from agents.tiny_model import build_tiny_model
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 

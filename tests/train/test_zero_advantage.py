@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from train.distributed import DistContext
-from train.losses import AGG_MODES, PolicyLossConfig, agg_denominator
-from train.prefix_loss import PrefixConfig
-from train.rl.batch import StepRow
-from train.rl.trainer import RLTrainer
-from train.rl.update import (
+from agentenvs.train.distributed import DistContext
+from agentenvs.train.losses import AGG_MODES, PolicyLossConfig, agg_denominator
+from agentenvs.train.prefix_loss import PrefixConfig
+from agentenvs.train.rl.batch import StepRow
+from agentenvs.train.rl.trainer import RLTrainer
+from agentenvs.train.rl.update import (
     UpdateSettings,
     _optimizer_step,
     ppo_update,

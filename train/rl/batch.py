@@ -1,6 +1,6 @@
 """Episodes -> per-step training rows -> rewards and advantages -> padded tensors.
 
-One row is one generated reply (one step of one episode), as :mod:`train.advantages` expects:
+One row is one generated reply (one step of one episode), as :mod:`agentenvs.train.advantages` expects:
 its prompt tokens (the conversation the policy saw, rendered with the chat template exactly as
 the transformers backend renders it), its reply tokens and the rollout engine's log-probs of
 them, the step reward, and what GiGPO and PTGPO group by: the group id (the k episodes of one
@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from train.advantages import AdvantageBatch, get_advantage_estimator
-from train.losses import dynamic_sampling_mask, overlong_penalty
-from train.prefix_loss import PrefixBatch, family_lift
-from train.rl.rollout import Episode
-from train.rl.starts import QueryStart
+from agentenvs.train.advantages import AdvantageBatch, get_advantage_estimator
+from agentenvs.train.losses import dynamic_sampling_mask, overlong_penalty
+from agentenvs.train.prefix_loss import PrefixBatch, family_lift
+from agentenvs.train.rl.rollout import Episode
+from agentenvs.train.rl.starts import QueryStart
 
 __all__ = [
     "INVALID_ACTION",

@@ -4,10 +4,10 @@
         --out runs/ptgpo data.env_id=TextCraft-v0 iterations=200
     agentenvs train rl --algo prefix-grpo --model SFT_DIR --queries samples.jsonl --out runs/pg
 
-Settings come from the :class:`~train.rl.config.RLConfig` defaults, then ``--config FILE``
+Settings come from the :class:`~agentenvs.train.rl.config.RLConfig` defaults, then ``--config FILE``
 (YAML or TOML), then the ``key=value`` overrides (dotted keys reach sections:
 ``rollout.max_new_tokens=256``, ``loss.clip_high=0.3``). ``--protocol`` names the benchmark
-protocol (:mod:`agents.protocols`; default: the environment's own): the environment variant,
+protocol (:mod:`agentenvs.agents.protocols`; default: the environment's own): the environment variant,
 prompt, parser, turn limit, history and sampling it fixes apply unless a setting is given, and
 ``OUT/protocol.json`` records them. ``--resume`` continues from the latest checkpoint under
 ``--out`` exactly.
@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from train.config import ConfigError, load_config
-from train.rl.config import ALGORITHMS, RLConfig
-from train.runtime import NonFiniteLossError
+from agentenvs.train.config import ConfigError, load_config
+from agentenvs.train.rl.config import ALGORITHMS, RLConfig
+from agentenvs.train.runtime import NonFiniteLossError
 
 __all__ = ["rl_main"]
 
@@ -64,14 +64,14 @@ def rl_main(argv: list[str]) -> int:
         print(f"agentenvs train rl: {exc}", file=sys.stderr)
         return 2
     if config.model:  # embedded, a local directory or a hub id; a bad one is one line
-        from agents.models import ModelNotFoundError, resolve_model
+        from agentenvs.agents.models import ModelNotFoundError, resolve_model
 
         try:
             config.model = resolve_model(config.model, what="--model")
         except ModelNotFoundError as exc:
             print(f"agentenvs train rl: {exc}", file=sys.stderr)
             return 2
-    from train.rl.trainer import train_rl
+    from agentenvs.train.rl.trainer import train_rl
 
     try:
         final = train_rl(config, resume=args.resume, progress=not args.no_progress)

@@ -25,7 +25,7 @@ rollouts, 16 prompts a batch, 2 PPO epochs, lr 5e-6, no KL loss, token-mean, cli
 dual clip 3.
 
 The environment side comes from a benchmark protocol (``protocol``, default the environment's
-own: :mod:`agents.protocols`): its variant keywords, prompt, parser and unparseable-reply
+own: :mod:`agentenvs.agents.protocols`): its variant keywords, prompt, parser and unparseable-reply
 handling, and, for the ``rollout.*`` settings left at None (``history`` at ``default``), its
 training turn limit, history window and sampling; the invalid-action penalty is the protocol's
 (verl-agent's 0.1 under ``ptgpo``, none under ``prefix-grpo``) unless
@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentenvs.core import did_you_mean
-from train.advantages import get_advantage_estimator
-from train.distributed import FSDPSettings
-from train.losses import AGG_MODES, PolicyLossConfig, RolloutCorrectionConfig
-from train.prefix_loss import PrefixConfig
+from agentenvs.train.advantages import get_advantage_estimator
+from agentenvs.train.distributed import FSDPSettings
+from agentenvs.train.losses import AGG_MODES, PolicyLossConfig, RolloutCorrectionConfig
+from agentenvs.train.prefix_loss import PrefixConfig
 
 __all__ = [
     "ALGORITHMS",
@@ -65,7 +65,7 @@ class AlgoSpec:
     """What an algorithm name means: estimator, episode starts and preset settings."""
 
     estimator: str
-    """Registered advantage estimator (:func:`train.advantages.get_advantage_estimator`)."""
+    """Registered advantage estimator (:func:`agentenvs.train.advantages.get_advantage_estimator`)."""
     starts: Literal["tasks", "queries"] = "tasks"
     """``tasks``: episodes start at a task's reset; ``queries``: at a replayed cut state."""
     prefix: bool = False
@@ -101,7 +101,7 @@ class DataSettings:
     """Explicit task ids (a repeated id is sampled more often); empty: the whole ``split``."""
     limit: int | None = None
     """Train on N tasks of ``split`` only: a seeded sample across the task families (the one
-    ``agentenvs eval --limit`` draws; :func:`agents.task_sample.sample_tasks`)."""
+    ``agentenvs eval --limit`` draws; :func:`agentenvs.agents.task_sample.sample_tasks`)."""
     task_seed: int = 0
     """Seed of the ``limit`` sample."""
     queries: str = ""
@@ -130,13 +130,13 @@ class RolloutSettings:
     max_batch_size: int = 64
     """Rows per generation forward pass (transformers backend)."""
     env_workers: str = "inprocess"
-    """Where environments step and replay cut states, an ``agents.envworkers`` spec: ``inprocess``
+    """Where environments step and replay cut states, an ``agentenvs.agents.envworkers`` spec: ``inprocess``
     (or 0), ``process:N`` (or N), ``ray[:N][@ADDRESS]``; one pool serves the whole run."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": false}`` for Qwen3)."""
 
     def __post_init__(self) -> None:
-        from agents.envworkers import parse_env_workers
+        from agentenvs.agents.envworkers import parse_env_workers
 
         self.env_workers = str(self.env_workers).strip()  # a worker count is accepted too
         parse_env_workers(self.env_workers)  # a bad spec fails at load time, listing the forms
@@ -164,7 +164,7 @@ class OptimSettings:
 
 @dataclass
 class LossSettings:
-    """The clipped surrogate (:class:`train.losses.PolicyLossConfig`)."""
+    """The clipped surrogate (:class:`agentenvs.train.losses.PolicyLossConfig`)."""
 
     clip_low: float = 0.2
     clip_high: float | None = None
@@ -220,7 +220,7 @@ class AdvantageSettings:
 
 @dataclass
 class PrefixSettings:
-    """Prefix-GRPO's prefix branch (:class:`train.prefix_loss.PrefixConfig`)."""
+    """Prefix-GRPO's prefix branch (:class:`agentenvs.train.prefix_loss.PrefixConfig`)."""
 
     objective: Literal["split", "joint"] = "split"
     weight: float = 1.0
@@ -238,7 +238,7 @@ ENGINES = ("transformers", "vllm")
 @dataclass
 class EngineSettings:
     """The rollout engine: the trainer's own model on transformers, or vLLM colocated on the
-    trainer's GPU with the weights synced after every update (:mod:`train.rl.vllm_engine`)."""
+    trainer's GPU with the weights synced after every update (:mod:`agentenvs.train.rl.vllm_engine`)."""
 
     kind: str = "transformers"
     """``transformers`` (the trainer's model generates; CPU or GPU) or ``vllm`` (the ``vllm``
@@ -286,7 +286,7 @@ class RLConfig:
     algo: str = "grpo"
     """One of ALGORITHMS: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo."""
     protocol: str | None = None
-    """Benchmark protocol (:mod:`agents.protocols`: ``prefix-grpo``, ``ptgpo``); None: the
+    """Benchmark protocol (:mod:`agentenvs.agents.protocols`: ``prefix-grpo``, ``ptgpo``); None: the
     environment's default one (filled in at load time, so the saved config names it)."""
     model: str = ""
     """Policy to start from (usually the SFT checkpoint's ``model/`` directory)."""
@@ -317,7 +317,7 @@ class RLConfig:
     engine: EngineSettings = field(default_factory=EngineSettings)
     """The rollout engine (``engine.kind=vllm``: vLLM colocated, weights synced every update)."""
     fsdp: FSDPSettings = field(default_factory=FSDPSettings)
-    """FSDP2 settings, read under torchrun only (:class:`train.distributed.FSDPSettings`)."""
+    """FSDP2 settings, read under torchrun only (:class:`agentenvs.train.distributed.FSDPSettings`)."""
     precision: str = "auto"
     """``auto`` (bf16 autocast where the GPU has it), ``bf16`` or ``fp32``."""
     device: str = "auto"
@@ -384,7 +384,7 @@ class RLConfig:
     def _apply_protocol(self) -> None:
         """Name the protocol and fill the rollout settings left to it (see the module
         docstring); an unknown protocol, or one without this environment, is an error."""
-        from agents.protocols import default_protocol, env_protocol
+        from agentenvs.agents.protocols import default_protocol, env_protocol
 
         if self.protocol is None:
             self.protocol = default_protocol(self.data.env_id)
@@ -400,7 +400,7 @@ class RLConfig:
 
     def protocol_settings(self) -> dict[str, Any]:
         """Every setting the protocol fixes for training, with the values this run uses."""
-        from agents.protocols import env_protocol
+        from agentenvs.agents.protocols import env_protocol
 
         settings = env_protocol(self.protocol, self.data.env_id).settings("train")
         r = self.rollout
@@ -459,7 +459,7 @@ class RLConfig:
     @property
     def invalid_penalty(self) -> float:
         """``advantage.invalid_penalty`` if given, else the protocol's."""
-        from agents.protocols import env_protocol
+        from agentenvs.agents.protocols import env_protocol
 
         given = self.advantage.invalid_penalty
         if given is not None:

@@ -1,6 +1,6 @@
 """The rollout step: play k episodes from each start with the current policy.
 
-Every start goes through :func:`agents.rollout.run_rollouts` (one batched generation call per
+Every start goes through :func:`agentenvs.agents.rollout.run_rollouts` (one batched generation call per
 turn over every episode in flight, per-episode KV-cache keys, the environment-worker pool of
 ``config.workers`` or an open ``env_pool``). A task start is a plain episode spec; a query
 start (Prefix-GRPO) is a cut-state spec: the environment replays the query's prefix actions
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agents.envworkers import EnvWorkerPool
-from agents.policy import Policy
-from agents.prompts import env_prompt, prompt_messages
-from agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, run_rollouts
-from agents.trajectory import Trajectory
-from train.rl.starts import QueryStart, Start
+from agentenvs.agents.envworkers import EnvWorkerPool
+from agentenvs.agents.policy import Policy
+from agentenvs.agents.prompts import env_prompt, prompt_messages
+from agentenvs.agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, run_rollouts
+from agentenvs.agents.trajectory import Trajectory
+from agentenvs.train.rl.starts import QueryStart, Start
 
 __all__ = ["Episode", "collect_episodes", "episode_spec", "resolve_history"]
 
@@ -68,7 +68,7 @@ def resolve_history(env_id: str, history: int | None | str) -> int | None:
 
 
 def episode_spec(start: Start, group_id: str, sample_index: int) -> EpisodeSpec:
-    """The :class:`~agents.rollout.EpisodeSpec` of one episode from ``start``."""
+    """The :class:`~agentenvs.agents.rollout.EpisodeSpec` of one episode from ``start``."""
     if not isinstance(start, QueryStart):
         return EpisodeSpec(start.task_id, group_id, sample_index)
     return EpisodeSpec(
@@ -96,7 +96,7 @@ def collect_episodes(
 ) -> list[Episode]:
     """``samples`` episodes from every start, ordered by (start, sample); group ids are
     ``<group_prefix><position>:<start name>`` (unique within the call). ``env_pool``: an open
-    environment pool to play in (:func:`agents.rollout.make_rollout_pool`), else one made from
+    environment pool to play in (:func:`agentenvs.agents.rollout.make_rollout_pool`), else one made from
     ``config.workers`` for this call."""
     if any(isinstance(s, QueryStart) for s in starts):
         _check_query_prompt(env_id, config.history, config.protocol)
@@ -116,7 +116,7 @@ def collect_episodes(
 
 def _check_query_prompt(env_id: str, history: int | None | str, protocol: str | None) -> None:
     """A query's canonical prompt holds its whole prefix: the rollout must keep every turn."""
-    from agents.protocols import DEFAULT_PROTOCOLS, env_protocol
+    from agentenvs.agents.protocols import DEFAULT_PROTOCOLS, env_protocol
 
     name = DEFAULT_PROTOCOLS.get(env_id) if protocol == "default" else protocol
     setup = env_protocol(name, env_id) if name is not None else None

@@ -90,11 +90,11 @@ def task_starts(
 ) -> list[TaskStart]:
     """The explicit ``tasks`` (not checked here: a bad id fails its episodes only), else every
     task of ``split`` (with ``limit``: that many, a seeded sample across the task families,
-    :func:`agents.task_sample.sample_tasks`, the same one ``agentenvs eval --limit`` draws)."""
+    :func:`agentenvs.agents.task_sample.sample_tasks`, the same one ``agentenvs eval --limit`` draws)."""
     if tasks:
         return [TaskStart(t) for t in tasks]
     from agentenvs.registration import env_class
-    from agents.task_sample import sample_tasks
+    from agentenvs.agents.task_sample import sample_tasks
 
     env = env_class(env_id)()
     ids = sample_tasks(env.task_ids(split), env.family, limit, seed)
@@ -112,7 +112,7 @@ def load_query_starts(
     Left out: rows of another environment, of a strategy not in ``strategies`` (when given), and
     rows with sidecar invariant violations (``sidecar_violations``).
     """
-    from replay.io import SAMPLE_SCHEMA, read_rows
+    from agentenvs.replay.io import SAMPLE_SCHEMA, read_rows
 
     kept: list[QueryStart] = []
     skipped = {"other_env": 0, "other_strategy": 0, "sidecar_violations": 0}

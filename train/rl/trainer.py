@@ -12,18 +12,18 @@ Robustness: a checkpoint every ``save_every`` iterations and at the end (model, 
 scheduler, RNG states, iteration, data position); ``resume`` continues exactly (the data order,
 the rollout sampling seeds and the mini-batch shuffles derive from the seed and the iteration,
 never from state lost in a restart). A NaN or infinite loss or gradient norm stops the run with
-:class:`~train.runtime.NonFiniteLossError` before the optimizer step, naming the last good
+:class:`~agentenvs.train.runtime.NonFiniteLossError` before the optimizer step, naming the last good
 checkpoint (nothing is saved after it). An environment error ends that episode only: it is
 marked, counted (``rollout/error_episodes``), left out of its group, and reported once per
 distinct message.
 
 Rollout engines (``engine.kind``): ``transformers`` generates with the trainer's own model;
-``vllm`` (:mod:`train.rl.vllm_engine`) is a colocated vLLM engine, put to sleep during the update
+``vllm`` (:mod:`agentenvs.train.rl.vllm_engine`) is a colocated vLLM engine, put to sleep during the update
 and given the new weights (and checked on a fixed probe) by :meth:`RLTrainer.sync_weights`. A
 policy from ``policy_factory`` that has ``sleep()`` and ``sync_weights(model, iteration)`` gets
 the same treatment.
 
-Many processes (``torchrun``; :mod:`train.distributed`): the policy is sharded with FSDP2; every
+Many processes (``torchrun``; :mod:`agentenvs.train.distributed`): the policy is sharded with FSDP2; every
 rank draws the same starts and plays its share of them (whole groups stay on one rank, so the
 advantages need no exchange), the update's denominators and metrics cover all ranks, rank 0
 logs and writes the checkpoints (full tensors: they resume on any number of processes).
@@ -42,29 +42,29 @@ from typing import Any
 
 import torch
 
-from agents.envworkers import EnvWorkerPool
-from agents.policy import Policy, SamplingParams
-from agents.rollout import RolloutConfig, RolloutStats, make_rollout_pool
-from train.config import config_to_dict
-from train.distributed import DistContext, gathered, init_distributed, reduce_metrics, shard_model
-from train.rl.batch import (
+from agentenvs.agents.envworkers import EnvWorkerPool
+from agentenvs.agents.policy import Policy, SamplingParams
+from agentenvs.agents.rollout import RolloutConfig, RolloutStats, make_rollout_pool
+from agentenvs.train.config import config_to_dict
+from agentenvs.train.distributed import DistContext, gathered, init_distributed, reduce_metrics, shard_model
+from agentenvs.train.rl.batch import (
     StepRow,
     build_rows,
     compute_advantages,
     dynamic_sampling_filter,
     episode_metrics,
 )
-from train.rl.config import RLConfig
-from train.rl.rollout import Episode, collect_episodes
-from train.rl.starts import StartStream, load_query_starts, task_starts
-from train.rl.update import (
+from agentenvs.train.rl.config import RLConfig
+from agentenvs.train.rl.rollout import Episode, collect_episodes
+from agentenvs.train.rl.starts import StartStream, load_query_starts, task_starts
+from agentenvs.train.rl.update import (
     UpdateSettings,
     apply_correction,
     ppo_update,
     recompute_old_log_probs,
     zero_advantage_rows,
 )
-from train.runtime import (
+from agentenvs.train.runtime import (
     MetricsLogger,
     TrainState,
     latest_checkpoint,
@@ -84,7 +84,7 @@ PolicyFactory = Callable[[Any, Any, RLConfig], Policy]
 
 
 def _transformers_policy(model: Any, tokenizer: Any, config: RLConfig) -> Policy:
-    from agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 
     return TransformersPolicy.from_model(
         model,
@@ -97,7 +97,7 @@ def _transformers_policy(model: Any, tokenizer: Any, config: RLConfig) -> Policy
 
 def _policy_factory(config: RLConfig) -> PolicyFactory:
     if config.engine.kind == "vllm":
-        from train.rl.vllm_engine import vllm_policy_factory
+        from agentenvs.train.rl.vllm_engine import vllm_policy_factory
 
         return vllm_policy_factory
     return _transformers_policy
@@ -254,7 +254,7 @@ class RLTrainer:
     def rollout_step(self, iteration: int) -> tuple[list[StepRow], dict[str, float]]:
         """Play this iteration's episodes and turn them into rows (DAPO: informative groups).
         Distributed: every rank draws the same starts and plays its share; under FSDP call it
-        inside :func:`train.distributed.gathered` (as :meth:`iteration` does)."""
+        inside :func:`agentenvs.train.distributed.gathered` (as :meth:`iteration` does)."""
         cfg = self.config
         self.model.eval()
         stats = RolloutStats()
@@ -323,7 +323,7 @@ class RLTrainer:
 
     def old_log_prob_step(self, rows: list[StepRow]) -> dict[str, float]:
         """The trainer's log-probs of the replies before the update, and the TIS/MIS weights.
-        Rows that cannot change a weight (:func:`~train.rl.update.zero_advantage_rows`) are left
+        Rows that cannot change a weight (:func:`~agentenvs.train.rl.update.zero_advantage_rows`) are left
         out unless a correction needs their old log-probs (its keep mask is in the loss
         denominators); the entropy and engine-gap metrics are over the rows that ran."""
         zero = zero_advantage_rows(rows, self.update_settings)
@@ -507,7 +507,7 @@ def train_rl(
     config: RLConfig, *, resume: bool = False, progress: bool = True, stop_at: int | None = None
 ) -> Path:
     """Run RL with ``config``; returns the last checkpoint (see :meth:`RLTrainer.train`).
-    Under torchrun every process calls it (:mod:`train.distributed`)."""
+    Under torchrun every process calls it (:mod:`agentenvs.train.distributed`)."""
     trainer = RLTrainer(config, progress=progress)
     finished = False
     try:

@@ -26,7 +26,7 @@ SGD this is the same run as stepping on a zero gradient; with AdamW it differs (
 weight-decay drift on a step with no signal). ``UpdateSettings.skip_zero_advantage=False``
 restores the full passes.
 
-Distributed (``ctx``: a :class:`~train.distributed.DistContext` of several ranks, the model
+Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` of several ranks, the model
 FSDP-sharded): each rank holds its own rows (whole groups), the denominators are the counts over
 every rank's mini-batch, the gradients add up over ranks, a rank with fewer micro-batches pads
 with zero-loss passes, and the metrics are those of the whole mini-batch on every rank. One
@@ -43,9 +43,9 @@ from typing import Any
 
 import torch
 
-from train.distributed import DistContext, full_tensor, micro_batch_rounds, pad_passes
-from train.logits import logits_at
-from train.losses import (
+from agentenvs.train.distributed import DistContext, full_tensor, micro_batch_rounds, pad_passes
+from agentenvs.train.logits import logits_at
+from agentenvs.train.losses import (
     PolicyLossConfig,
     RolloutCorrection,
     RolloutCorrectionConfig,
@@ -53,7 +53,7 @@ from train.losses import (
     policy_loss,
     rollout_correction,
 )
-from train.prefix_loss import (
+from agentenvs.train.prefix_loss import (
     PrefixConfig,
     PrefixSignals,
     first_token_offsets,
@@ -61,8 +61,8 @@ from train.prefix_loss import (
     prefix_advantages,
     prefix_grpo_loss,
 )
-from train.rl.batch import StepRow, collate, prefix_lift
-from train.runtime import autocast_context, check_finite
+from agentenvs.train.rl.batch import StepRow, collate, prefix_lift
+from agentenvs.train.runtime import autocast_context, check_finite
 
 __all__ = [
     "UpdateSettings",

@@ -5,7 +5,7 @@ vLLM's offline engine runs colocated in the trainer's process, on the trainer's 
 tensor-parallel size 1). Each iteration:
 
 * **rollout** -- :meth:`VLLMRolloutEngine.generate` renders each conversation with the trainer's
-  tokenizer exactly as the training rows are rendered (:func:`train.rl.batch.prompt_token_ids`)
+  tokenizer exactly as the training rows are rendered (:func:`agentenvs.train.rl.batch.prompt_token_ids`)
   and generates from those token ids, with prefix caching on (turn t + 1's prompt extends turn
   t's prompt and reply, so its KV is reused) and each sampled token's log-probability returned
   (vLLM's raw log-probs: temperature 1, no top-p, as the trainer computes them) for TIS / MIS.
@@ -43,14 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agents.backends.vllm_backend import import_vllm, sampled_logprobs, shutdown_llm
-from agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
-from train.distributed import full_tensor
-from train.rl.batch import prompt_token_ids
-from train.runtime import autocast_context
+from agentenvs.agents.backends.vllm_backend import import_vllm, sampled_logprobs, shutdown_llm
+from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
+from agentenvs.train.distributed import full_tensor
+from agentenvs.train.rl.batch import prompt_token_ids
+from agentenvs.train.runtime import autocast_context
 
 if TYPE_CHECKING:
-    from train.rl.config import EngineSettings, RLConfig
+    from agentenvs.train.rl.config import EngineSettings, RLConfig
 
 __all__ = [
     "VLLMRolloutEngine",
@@ -74,7 +74,7 @@ class WeightSyncError(RuntimeError):
 def probe_token_ids(tokenizer: Any, env_id: str, max_tokens: int) -> list[int]:
     """The probe: a fixed conversation of ``env_id`` (its system prompt, a user turn, a reply)
     rendered by the chat template, cut to ``max_tokens`` tokens (at least 2)."""
-    from agents.prompts import system_prompt
+    from agentenvs.agents.prompts import system_prompt
 
     messages = [{"role": "user", "content": PROBE_USER_TURN}]
     system = system_prompt(env_id)
@@ -337,7 +337,7 @@ def _model_device(model: Any) -> torch.device:
 
 def _stop_token_ids(tokenizer: Any, model_path: str) -> set[int]:
     """The transformers backend's end-of-reply tokens, with the generation config's EOS."""
-    from agents.backends.transformers_backend import end_of_reply_ids
+    from agentenvs.agents.backends.transformers_backend import end_of_reply_ids
 
     try:
         from transformers import GenerationConfig
