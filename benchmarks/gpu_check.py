@@ -80,9 +80,11 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 H200_BF16_PEAK_TFLOPS = 790.0
-"""The MFU denominator: the H200's dense bf16 tensor-core peak as issue 38 states it (TFLOP/s).
-NVIDIA's H200 SXM datasheet lists 989 dense (1979 with sparsity); ``--peak-tflops`` sets
-another, and the JSON records the one used."""
+"""The MFU denominator (TFLOP/s): the bf16 rate of the lent H200 as issue 38 gives it, which is
+what an 8192^3 bf16 matrix product reached there (769-798 TFLOP/s, the device notes), not
+NVIDIA's datasheet dense peak of 989 (which :mod:`agentenvs.benchmarks.train_speed` uses):
+MFU here is against what the chip delivers. ``--peak-tflops`` sets another; the JSON records
+the one used."""
 STEPS = (
     "models",
     "eval_smollm2_135m",
@@ -195,6 +197,10 @@ class CheckPlan:
     rl_max_turns: int
     rl_max_new_tokens: int
     micro_batch_size: int
+    ppo_epochs: int | None
+    """None: the trainer's default (2, the paper's)."""
+    threads: int | None
+    """CPU threads of torch (None: torch's default)."""
     query_tasks: tuple[str, ...]
     """TextCraft training tasks whose expert episodes Prefix-GRPO's queries are cut from."""
     fsdp_prompts: int
@@ -220,6 +226,8 @@ GPU_PLAN = CheckPlan(
     rl_max_turns=3,
     rl_max_new_tokens=64,
     micro_batch_size=8,
+    ppo_epochs=None,
+    threads=None,
     query_tasks=("agentgym/0", "agentgym/1", "agentgym/2", "agentgym/3"),
     fsdp_prompts=2,
     fsdp_samples=4,
@@ -250,6 +258,8 @@ DRY_RUN_PLAN = dataclasses.replace(
     rl_samples=2,
     rl_max_turns=1,
     rl_max_new_tokens=8,
+    ppo_epochs=1,
+    threads=1,  # tiny models run faster on one thread of a shared machine
     query_tasks=("agentgym/0", "agentgym/1"),
     fsdp_prompts=1,
     fsdp_samples=2,
@@ -392,9 +402,8 @@ def nonembedding_parameters(model: Any) -> int:
 def build_models(plan: CheckPlan, out: Path) -> dict[str, Any]:
     """The tiny model's tokenizer and a random-init model of each shape, saved in bf16."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from agentenvs.agents.tiny_model import build_tiny_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = _device(plan)
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(out / "tiny"))
@@ -540,6 +549,8 @@ def rl_overrides(
         "tensorboard": "false",
         "data.env_id": "TextCraft-v0",
     }
+    if plan.ppo_epochs is not None:
+        values["ppo_epochs"] = plan.ppo_epochs
     if queries is not None:
         values["data.queries"] = queries
     else:
@@ -683,7 +694,6 @@ class _OneRankGroup:
         from datetime import timedelta
 
         import torch
-
         from agentenvs.train.distributed import DistContext
         from agentenvs.train.runtime import pick_device
 
@@ -707,14 +717,14 @@ class _OneRankGroup:
 
 def fsdp_worker(args: argparse.Namespace) -> int:
     """The torchrun worker: one PTGPO iteration with the policy FSDP2-sharded."""
-    import torch
-
     import agentenvs.train.rl.trainer as trainer_module
+    import torch
     from agentenvs.train.config import load_config
     from agentenvs.train.distributed import is_sharded
     from agentenvs.train.rl import RLConfig, RLTrainer
 
     plan = DRY_RUN_PLAN if args.dry_run else GPU_PLAN
+    _set_threads(plan)
     out = Path(args.out)
     result: dict[str, Any] = {"world_size": int(os.environ.get("WORLD_SIZE", "0"))}
     config = load_config(
@@ -783,12 +793,15 @@ def run_torchrun(plan: CheckPlan, model_dir: str, out: Path, timeout: float, dry
         )
         try:
             returncode = proc.wait(timeout=max(timeout - 3, 1))
-        except BaseException:
+        except BaseException as exc:  # its timeout, the step's alarm, Ctrl-C: end it all
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if not isinstance(exc, (subprocess.TimeoutExpired, StepTimeout)):
+                raise
             tail = log.read_text(errors="replace")[-TAIL_CHARS:]
-            raise StepTimeout(f"torchrun stopped after {timeout:.0f} s; output tail:\n{tail}")
+            message = f"torchrun stopped after {timeout:.0f} s; output tail:\n{tail}"
+            raise StepTimeout(message) from None
     wall = time.perf_counter() - clock
     report = out / "worker.json"
     if returncode != 0 or not report.exists():
@@ -848,6 +861,7 @@ def run_check(
         raise ValueError(f"unknown steps {unknown}; choose from {list(STEPS)}")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
+    _set_threads(plan)
     models = root / "models"
     runner = _Runner(plan, steps)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -913,6 +927,13 @@ def run_check(
     }
     (root / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report
+
+
+def _set_threads(plan: CheckPlan) -> None:
+    if plan.threads is not None:
+        import torch
+
+        torch.set_num_threads(plan.threads)
 
 
 def _plan_dict(plan: CheckPlan) -> dict[str, Any]:
