@@ -63,6 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentenvs.benchmarks.evaluate import _option
+
 __all__ = [
     "DRY_RUN_PLAN",
     "GPU_PLAN",
@@ -207,6 +209,10 @@ class CheckPlan:
     fsdp_samples: int
     budget_s: float
     limits_s: dict[str, float] = field(default_factory=dict)
+    policy_options: dict[str, Any] = field(default_factory=dict)
+    """Options of the transformers backend in the evals and the RL rollouts (``--policy-opt``,
+    e.g. ``decode=plain`` for a rerun if the default decoding path fails on the GPU); empty: the
+    backend's defaults."""
 
 
 GPU_PLAN = CheckPlan(
@@ -450,6 +456,7 @@ def run_eval(plan: CheckPlan, shape: CheckShape, model_dir: str, out: Path) -> d
             "device": plan.device,
             "dtype": plan.eval_dtype,
             "max_batch_size": episodes,
+            **plan.policy_options,
         },
     )
     result: dict[str, Any] = {"episodes_planned": episodes}
@@ -558,6 +565,26 @@ def rl_overrides(
     return [f"{k}={v}" for k, v in values.items()]
 
 
+def _policy_factory(plan: CheckPlan) -> Any:
+    """The trainer's rollout policy with ``plan.policy_options`` (None: the trainer's own)."""
+    if not plan.policy_options:
+        return None
+
+    def make(model: Any, tokenizer: Any, config: Any) -> Any:
+        from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+
+        return TransformersPolicy.from_model(
+            model,
+            tokenizer,
+            max_batch_size=config.rollout.max_batch_size,
+            chat_template_kwargs=config.rollout.chat_template_kwargs,
+            spec=f"hf:{config.model}",
+            **plan.policy_options,
+        )
+
+    return make
+
+
 class _Timed:
     """Mixin for :class:`agentenvs.train.rl.RLTrainer`: keeps the (prompt, reply) lengths of
     the rows each update trained on (for its FLOPs)."""
@@ -625,7 +652,9 @@ def run_rl(
             max_turns=max_turns,
         ),
     )
-    trainer = type("CheckTrainer", (_Timed, RLTrainer), {})(config, progress=False)
+    trainer = type("CheckTrainer", (_Timed, RLTrainer), {})(
+        config, progress=False, policy_factory=_policy_factory(plan)
+    )
     result: dict[str, Any] = {"algo": algo, "shape": plan.large.name, "peak_tflops": peak_tflops}
     iterations = []
     with _memory(device, result):
@@ -724,6 +753,7 @@ def fsdp_worker(args: argparse.Namespace) -> int:
     from agentenvs.train.rl import RLConfig, RLTrainer
 
     plan = DRY_RUN_PLAN if args.dry_run else GPU_PLAN
+    plan = dataclasses.replace(plan, policy_options=dict(args.policy_opt))
     _set_threads(plan)
     out = Path(args.out)
     result: dict[str, Any] = {"world_size": int(os.environ.get("WORLD_SIZE", "0"))}
@@ -741,7 +771,7 @@ def fsdp_worker(args: argparse.Namespace) -> int:
         ),
     )
     trainer_module.init_distributed = _OneRankGroup(plan.distributed_backend)
-    trainer = RLTrainer(config, progress=False)
+    trainer = RLTrainer(config, progress=False, policy_factory=_policy_factory(plan))
     device = _device(plan)
     with _memory(device, result):
         trainer.setup()
@@ -780,6 +810,7 @@ def run_torchrun(plan: CheckPlan, model_dir: str, out: Path, timeout: float, dry
         "--out",
         str(out),
         *(["--dry-run"] if dry_run else []),
+        *(f"--policy-opt={k}={json.dumps(v)}" for k, v in plan.policy_options.items()),
     ]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     if dry_run:
@@ -850,10 +881,12 @@ def run_check(
     steps: Sequence[str] = STEPS,
     peak_tflops: float = H200_BF16_PEAK_TFLOPS,
     budget_s: float | None = None,
+    policy_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the selected steps (module docstring); returns the report (also written to
     ``OUT/gpu_check.json``)."""
     plan = DRY_RUN_PLAN if dry_run else GPU_PLAN
+    plan = dataclasses.replace(plan, policy_options=dict(policy_options or {}))
     if budget_s is not None:
         plan = dataclasses.replace(plan, budget_s=budget_s)
     unknown = sorted(set(steps) - set(STEPS))
@@ -1013,6 +1046,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the MFU denominator (default {H200_BF16_PEAK_TFLOPS:g}, the H200's bf16)",
     )
     parser.add_argument("--budget-s", type=float, default=None, help="overall time budget")
+    parser.add_argument(
+        "--policy-opt",
+        type=_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="transformers backend option for the evals and the RL rollouts, e.g. decode=plain "
+        "(repeatable; default: the backend's defaults)",
+    )
     parser.add_argument("--fsdp-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     return parser
@@ -1030,6 +1072,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             steps=steps,
             peak_tflops=args.peak_tflops,
             budget_s=args.budget_s,
+            policy_options=dict(args.policy_opt),
         )
     except ValueError as exc:
         print(f"gpu_check: {exc}", file=sys.stderr)

@@ -154,3 +154,27 @@ def test_torchrun_past_its_limit_is_stopped_and_recorded(tmp_path):
         gpu_check.run_torchrun(gpu_check.DRY_RUN_PLAN, str(tmp_path), tmp_path, 4, True)
     assert time.perf_counter() - clock < 10
     assert not (tmp_path / "worker.json").exists()
+
+
+def test_policy_options_reach_the_rl_rollout_policy(tmp_path):
+    from agentenvs.agents.tiny_model import build_tiny_model
+    from agentenvs.train.rl import RLConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    args = gpu_check.build_parser().parse_args(
+        ["--out", "x", "--policy-opt", "decode=plain", "--policy-opt", "prefix_cache=false"]
+    )
+    options = dict(args.policy_opt)
+    assert options == {"decode": "plain", "prefix_cache": False}
+    assert gpu_check._policy_factory(gpu_check.DRY_RUN_PLAN) is None  # the trainer's own
+    plan = gpu_check.dataclasses.replace(gpu_check.DRY_RUN_PLAN, policy_options=options)
+    model_dir = build_tiny_model(tmp_path / "tiny")
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    config = RLConfig(algo="ptgpo", model=str(model_dir), tensorboard=False)
+    policy = gpu_check._policy_factory(plan)(model, tokenizer, config)
+    try:
+        assert policy.model is model  # generates with the trainer's model
+        assert policy.run_metadata()["decode"] == "plain" and policy.prefix_cache is None
+    finally:
+        policy.close()
