@@ -614,10 +614,12 @@ ITERATION_KEYS = {
 def update_tflops(
     shape: CheckShape, n_body: int, lengths: Sequence[tuple[int, int]], epochs: int, seconds: float
 ) -> float:
-    """TFLOP/s of an update over rows of (prompt, reply) lengths."""
+    """TFLOP/s of ``epochs`` update passes over rows of (prompt P, reply R) tokens, S = P + R.
+
+    FLOPs/row/epoch = 6*N_nonembedding*S + 6*L*d_attn*S^2 + 6*d*V*R (train_speed.update_flops)
+    """
     from agentenvs.benchmarks.train_speed import update_flops
 
-    # per row: 6 N_nonembedding S + 6 d V (logits at the reply tokens) + 6 L d_attn S^2 (attention)
     flops = sum(update_flops(shape, n_body, p, r)[0] for p, r in lengths) * epochs  # type: ignore[arg-type]
     return flops / seconds / 1e12 if seconds else 0.0
 
