@@ -42,7 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"copy the file to DIR/{AGENT_LOOP_CONFIG} and print that path")
     args = parser.parse_args(argv)
     try:
-        path = agent_loop_config_path() if args.write is None else write_agent_loop_config(args.write)
+        if args.write is None:
+            path = agent_loop_config_path()
+        else:
+            path = write_agent_loop_config(args.write)
     except OSError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

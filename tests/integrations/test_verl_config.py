@@ -51,6 +51,8 @@ def test_config_command_prints_and_writes_the_shipped_file(tmp_path):
 
 def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
     import hydra
+    from agentenvs.integrations.verl.agent_loop import AgentenvsAgentLoop
+    from agentenvs.integrations.verl.dataset import dataset_rows
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -58,9 +60,6 @@ def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
     from verl.trainer.main_ppo import validate_config
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.import_utils import resolve_config_path
-
-    from agentenvs.integrations.verl.agent_loop import AgentenvsAgentLoop
-    from agentenvs.integrations.verl.dataset import dataset_rows
 
     overrides = readme_verl_overrides()
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
@@ -75,7 +74,8 @@ def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
     # what AgentLoopWorker does with the config: load the file, register its loops by name,
     # instantiate the default one with hydra
     agent = config.actor_rollout_ref.rollout.agent
-    registry = {c.name: c for c in OmegaConf.load(resolve_config_path(agent.agent_loop_config_path))}
+    loops = OmegaConf.load(resolve_config_path(agent.agent_loop_config_path))
+    registry = {c.name: c for c in loops}
     tokenizer = AutoTokenizer.from_pretrained(reply_model)
     model = AutoModelForCausalLM.from_pretrained(reply_model).eval()
     server = TransformersServer(model, tokenizer, seed=0)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -111,8 +111,7 @@ def test_every_environment_has_its_fidelity_notes():
 
 
 def test_readme_commands_parse(parse_only):
-    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-                 ["optional-dependencies"])
+    extras = set(importlib.metadata.metadata("agentenvs").get_all("Provides-Extra"))
     targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
     kinds = set()
     for command in shell_commands():
