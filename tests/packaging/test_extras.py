@@ -46,7 +46,7 @@ print({name: md.version(name) for name in ("verl", "transformers", "tensordict")
 def install(fresh_venv, wheel, extra: str) -> dict[str, float]:
     times = {"torch": fresh_venv.install_torch()}
     times[extra] = fresh_venv.pip("install", "-q", f"{wheel}[{extra}]", "torch==2.13.0")
-    fresh_venv.pip("check")
+    fresh_venv.check()
     print(f"\ninstall times, fresh venv, [{extra}]: " + json.dumps({k: round(v, 1)
                                                                     for k, v in times.items()}))
     return times
@@ -72,7 +72,7 @@ def test_verl_extra_runs_our_integration_on_the_pair_verl_accepts(wheel, fresh_v
 def test_all_extra_plays_every_environment_beside_openai_agents(wheel, fresh_venv):
     install(fresh_venv, wheel, "all")
     fresh_venv.pip("install", "-q", "openai-agents")
-    fresh_venv.pip("check")
+    fresh_venv.check()
     agentenvs = str(fresh_venv.bin / "agentenvs")
     for env_id in ENVS:
         fresh_venv.run(agentenvs, "eval", env_id, "--agent", "expert", "-k", "1", "--limit", "1",

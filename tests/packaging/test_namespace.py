@@ -65,7 +65,7 @@ def test_openai_agents_beside_agentenvs(wheel, fresh_venv, sdk_first):
     order = [[SDK], [str(wheel)]]
     for spec in order if sdk_first else order[::-1]:
         fresh_venv.pip("install", "-q", *spec)
-    fresh_venv.pip("check")
+    fresh_venv.check()
     assert fresh_venv.python_ok(SDK_WORKS).strip() == "a"
     assert fresh_venv.python_ok(OURS_WORK).strip() == "Conversation"
     for args in (["list"], ["eval", "--help"]):  # train needs torch: the [llm] extra
