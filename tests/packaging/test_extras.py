@@ -70,6 +70,8 @@ def test_verl_extra_runs_our_integration_on_the_pair_verl_accepts(wheel, fresh_v
 
 
 def test_all_extra_plays_every_environment_beside_openai_agents(wheel, fresh_venv):
+    """The issue's done-when: every environment's expert eval, replay on TextCraft and one
+    train rl iteration, with openai-agents installed beside."""
     install(fresh_venv, wheel, "all")
     fresh_venv.pip("install", "-q", "openai-agents")
     fresh_venv.check()
@@ -79,5 +81,20 @@ def test_all_extra_plays_every_environment_beside_openai_agents(wheel, fresh_ven
                        "--out", f"runs/{env_id}")
         results = json.loads((fresh_venv.cwd / "runs" / env_id / "results.json").read_text())
         assert results, env_id
+    # replay on TextCraft and one train rl iteration, on the tiny model built inside the venv
+    fresh_venv.python_ok("from agentenvs.agents.tiny_model import build_tiny_model; "
+                         "build_tiny_model('tiny')")
+    fresh_venv.run(agentenvs, "eval", "TextCraft-v0", "--agent", "expert", "--split", "train", "-k",
+                   "1", "--limit", "2", "--out", "runs/teacher")
+    fresh_venv.run(agentenvs, "replay", "cuts", "runs/teacher/trajectories.jsonl", "--model",
+                   "tiny", "-o", "runs/queries.jsonl", "--no-progress")
+    fresh_venv.run(agentenvs, "replay", "validate", "runs/queries.jsonl", "-o",
+                   "runs/validated.jsonl", "--no-progress")
+    fresh_venv.run(agentenvs, "train", "rl", "--algo", "grpo", "--model", "tiny", "--env",
+                   "TextCraft-v0", "--out", "runs/rl", "--no-progress", "iterations=1",
+                   "prompts_per_iteration=2", "samples_per_prompt=2", "rollout.max_turns=2",
+                   "rollout.max_new_tokens=12", "micro_batch_size=2", "device=cpu",
+                   "tensorboard=false")
+    assert (fresh_venv.cwd / "runs" / "rl" / "metrics.jsonl").is_file()
     fresh_venv.python_ok(VERL_LOADS)
     fresh_venv.python_ok("from agents import Agent")
