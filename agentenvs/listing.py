@@ -1,4 +1,6 @@
-"""``agentenvs list``: every registered environment with its splits and task counts."""
+"""``agentenvs list``: every registered environment with its splits and task counts, or, for an
+environment whose dependencies do not import on this install, ``not installed`` and the extra
+that installs them (its :class:`~agentenvs.registration.MissingDependencyError`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from agentenvs.registration import ENVIRONMENTS, env_class
+from agentenvs.registration import ENVIRONMENTS, MissingDependencyError, env_class
 
 __all__ = ["describe_environments", "list_main"]
 
@@ -16,13 +18,11 @@ def describe_environments(env_ids: list[str] | None = None) -> list[dict[str, An
     """One record per environment id: splits with task counts, or why it is unavailable."""
     rows = []
     for env_id in env_ids or list(ENVIRONMENTS):
-        entry = ENVIRONMENTS[env_id]
         row: dict[str, Any] = {"env_id": env_id, "splits": {}, "error": None}
         try:
             env = env_class(env_id)()
-        except ImportError as exc:
-            extra = f" (pip install 'agentenvs[{entry.extra}]')" if entry.extra else ""
-            row["error"] = f"not installed: {exc.name or exc}{extra}"
+        except MissingDependencyError as exc:
+            row["error"] = f"not installed: {exc}"
             rows.append(row)
             continue
         row["max_turns"] = env.max_turns

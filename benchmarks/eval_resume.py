@@ -5,7 +5,8 @@ episodes on disk, and what an interrupted run prints.
 :data:`RESUME_KEYS` is refused (:class:`EvalSettingsError`). ``OUT/trajectories.jsonl`` holds
 the finished episodes: only a final line cut short by a kill is dropped (reported, and cut off
 the file); any other invalid line stops the run with its file and line, the file untouched,
-unless ``skip_invalid``.
+unless ``skip_invalid``. An episode that ended in an error is not finished: it stays in the file
+(its record) and a resumed run plays it again; the new copy is appended after it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "RESUME_KEYS",
     "TRAJECTORIES",
     "EvalSettingsError",
+    "OnDisk",
     "check_run_file",
     "load_finished",
     "record_backend",
@@ -87,10 +89,20 @@ def record_backend(out: Path, backend: dict[str, Any]) -> None:
         run_file.write_text(json.dumps(record, indent=2) + "\n")
 
 
-def load_finished(
-    path: Path, tasks: set[str], skip_invalid: bool = False
-) -> tuple[dict[tuple, Any], list[str]]:
-    """The finished episodes already in ``path`` (of the planned tasks), first copy of each.
+@dataclass
+class OnDisk:
+    """The episodes of a run's trajectory file, by episode key: ``done`` (played to the end, the
+    first copy of each) and ``errored`` (keys with no played copy: the latest errored one), and
+    ``invalid``, the descriptions of the lines that were dropped or skipped."""
+
+    done: dict[tuple, Any]
+    errored: dict[tuple, Any]
+    invalid: list[str]
+
+
+def load_finished(path: Path, tasks: set[str], skip_invalid: bool = False) -> OnDisk:
+    """The episodes already in ``path`` (of the planned tasks): finished ones and errored ones
+    (to be played again).
 
     Only a final line cut short by a kill is dropped (reported, and cut off the file so that new
     lines follow a complete one); any other invalid line stops the run with its file and line,
@@ -98,7 +110,7 @@ def load_finished(
     from agentenvs.agents.trajectory import drop_truncated_tail, read_trajectories
 
     if not path.exists():
-        return {}, []
+        return OnDisk({}, {}, [])
     errors: list[str] = []
     kept = list(
         read_trajectories(path, skip_invalid=skip_invalid, errors=errors, allow_truncated_tail=True)
@@ -110,10 +122,15 @@ def load_finished(
     if dropped:
         print(dropped, file=sys.stderr)
     done: dict[tuple, Any] = {}
+    errored: dict[tuple, Any] = {}
     for traj in kept:
-        if traj.task_id in tasks:
+        if traj.task_id not in tasks:
+            continue
+        if traj.error is None:
             done.setdefault(traj.episode_key, traj)
-    return done, errors
+        else:
+            errored[traj.episode_key] = traj
+    return OnDisk(done, {k: t for k, t in errored.items() if k not in done}, errors)
 
 
 def resume_command(argv: Sequence[str], out: Path) -> str:
@@ -125,15 +142,19 @@ def resume_command(argv: Sequence[str], out: Path) -> str:
 
 
 def stopped_message(argv: Sequence[str], out: Path) -> str:
-    """How many episodes are on disk in ``out`` and the command that resumes the run."""
+    """How many finished episodes are on disk in ``out`` and the command that resumes the run
+    (errored episodes are not counted: the resumed run plays them again)."""
     from agentenvs.agents.trajectory import read_trajectories
 
     path = Path(out) / TRAJECTORIES
     count = 0
     if path.exists():
-        count = sum(
-            1 for _ in read_trajectories(path, skip_invalid=True, allow_truncated_tail=True)
-        )
+        keys = {
+            t.episode_key
+            for t in read_trajectories(path, skip_invalid=True, allow_truncated_tail=True)
+            if t.error is None
+        }
+        count = len(keys)
     return (
         f"{count} finished episodes are on disk in {path}; resume with:\n  "
         f"{resume_command(argv, Path(out))}"

@@ -25,9 +25,17 @@ Environments step where ``--env-workers`` says (:mod:`agentenvs.agents.envworker
 worker processes, or Ray actors on a cluster).
 
 At the end: ``OUT/results.md`` and ``OUT/results.csv`` (Avg@k and Pass@k per task family and
-overall; :mod:`agentenvs.benchmarks.metrics`), ``OUT/results.png`` (a bar plot) and ``OUT/results.json``
-(the rows with the run's metadata: protocol, its settings, overrides, variant, task ids);
-``results.md`` states the protocol and variant under its title.
+overall; :mod:`agentenvs.benchmarks.metrics`), ``OUT/results.png`` (a bar plot, when matplotlib
+is installed: the ``train`` extra) and ``OUT/results.json`` (the rows with the run's metadata:
+protocol, its settings, overrides, variant, task ids, errors); ``results.md`` states the
+protocol and variant under its title.
+
+An episode that ended in an error (its environment, worker or policy failed) is not a result:
+it is left out of Avg@k and Pass@k, counted beside them and per error type (the table, the
+``errors`` of ``results.json``), and played again by the next run into the same ``--out``. An
+environment whose dependency does not import stops the run before any episode, naming the extra
+to install (:class:`agentenvs.registration.MissingDependencyError`); a run whose every episode
+errored exits 1 with the first error.
 """
 
 from __future__ import annotations
@@ -51,7 +59,14 @@ from agentenvs.benchmarks.eval_resume import (
     resume_command,
     stopped_message,
 )
-from agentenvs.benchmarks.metrics import OVERALL, MetricRow, summarize, task_outcomes
+from agentenvs.benchmarks.metrics import (
+    OVERALL,
+    ErrorCount,
+    MetricRow,
+    count_errors,
+    summarize,
+    task_outcomes,
+)
 from agentenvs.benchmarks.result_plot import plot_rows
 
 __all__ = [
@@ -130,11 +145,23 @@ class EvalSettings:
 
 @dataclass
 class EvalResult:
+    """What :func:`evaluate` did: the table's rows, the episodes on disk (``episodes``: finished
+    or errored, one per episode key) and played now, the errors by type, the lines of the
+    trajectory file that were dropped or skipped, and ``plot_note`` (why no PNG, or None)."""
+
     rows: list[MetricRow]
     out_dir: Path
     episodes: int
     new_episodes: int
     dropped_lines: list[str]
+    errors: list[ErrorCount] = field(default_factory=list)
+    first_error: str | None = None
+    plot_note: str | None = None
+
+    @property
+    def all_errored(self) -> bool:
+        """Every episode ended in an error: no figure of the table is a result."""
+        return bool(self.errors) and all(r.samples == 0 for r in self.rows)
 
 
 def evaluate(
@@ -162,9 +189,11 @@ def evaluate(
         env.task_ids(settings.split), env.family, settings.limit, settings.task_seed
     )
     meta = {"variant": dict(env.variant), "task_ids": list(tasks)}
+    family_of = env.family  # task data only: works on the closed environment
     env.close()
     check_run_file(out, settings, fresh, meta)
-    done, dropped = load_finished(path, set(tasks), skip_invalid)
+    on_disk = load_finished(path, set(tasks), skip_invalid)
+    done, errored = on_disk.done, on_disk.errored  # errored episodes are played again
     plan = [spec for spec in plan_episodes(tasks, settings.n) if spec.key not in done]
     config = RolloutConfig(
         max_turns=settings.max_turns,
@@ -188,7 +217,11 @@ def evaluate(
 
     def record(traj: Any) -> None:
         append_trajectory(path, traj)
-        done[traj.episode_key] = traj
+        if traj.error is None:
+            done[traj.episode_key] = traj
+            errored.pop(traj.episode_key, None)
+        else:
+            errored[traj.episode_key] = traj
         bar.add(traj)
 
     with bar:
@@ -202,18 +235,24 @@ def evaluate(
             finally:
                 record_backend(out, policy.run_metadata())
                 policy.close()
+    episodes = _ordered([*done.values(), *errored.values()], tasks)
     outcomes = task_outcomes(
-        (t.task_id, t.family, t.won, t.error is not None) for t in _ordered(done, tasks)
+        # an episode that errored before its reset has no family of its own
+        (t.task_id, t.family or family_of(t.task_id), t.won, t.error is not None)
+        for t in episodes
     )
     rows = summarize(outcomes, settings.k)
-    write_tables(rows, out, settings, meta)
-    return EvalResult(rows, out, len(done), len(plan), dropped)
+    messages = [t.error for t in episodes if t.error is not None]
+    errors = count_errors(messages)
+    note = write_tables(rows, out, settings, meta, errors)
+    first = messages[0] if messages else None
+    return EvalResult(rows, out, len(episodes), len(plan), on_disk.invalid, errors, first, note)
 
 
-def _ordered(done: dict[tuple, Any], tasks: Sequence[str]) -> list[Any]:
+def _ordered(episodes: list[Any], tasks: Sequence[str]) -> list[Any]:
     rank = {t: i for i, t in enumerate(tasks)}
     return sorted(
-        done.values(), key=lambda t: (rank.get(t.task_id, len(rank)), t.group_id, t.sample_index)
+        episodes, key=lambda t: (rank.get(t.task_id, len(rank)), t.group_id, t.sample_index)
     )
 
 
@@ -221,8 +260,17 @@ def _ordered(done: dict[tuple, Any], tasks: Sequence[str]) -> list[Any]:
 # Tables and plot
 
 
+def _figure(value: float | None, over: int, tasks: int) -> str:
+    """A percentage; ``-`` when no task qualified; with the tasks it covers when not all."""
+    if value is None:
+        return "-"
+    return f"{100 * value:.2f}" + (f" ({over}/{tasks} tasks)" if over != tasks else "")
+
+
 def format_markdown(rows: Sequence[MetricRow], title: str = "") -> str:
-    """A Markdown table of ``rows`` (percentages)."""
+    """A Markdown table of ``rows`` (percentages). ``samples`` are the played episodes; the
+    ``errors`` beside them (episodes that ended in an error) are left out of Avg@k and Pass@k,
+    which then name the tasks they cover."""
     k = rows[0].k if rows else 0
     lines = [f"### {title}", ""] if title else []
     lines += [
@@ -232,9 +280,28 @@ def format_markdown(rows: Sequence[MetricRow], title: str = "") -> str:
     for r in rows:
         name = f"**{r.family}**" if r.family == OVERALL else r.family
         lines.append(
-            f"| {name} | {r.tasks} | {r.samples} | {r.successes} | {100 * r.avg_at_k:.2f} | "
-            f"{100 * r.pass_at_k:.2f} | {r.errors} |"
+            f"| {name} | {r.tasks} | {r.samples} | {r.successes} | "
+            f"{_figure(r.avg_at_k, r.avg_tasks, r.tasks)} | "
+            f"{_figure(r.pass_at_k, r.pass_tasks, r.tasks)} | {r.errors} |"
         )
+    return "\n".join(lines)
+
+
+def format_errors(errors: Sequence[ErrorCount]) -> str:
+    """The errored episodes per error type, with the first message of each (empty: none)."""
+    if not errors:
+        return ""
+    total = sum(e.episodes for e in errors)
+    lines = [
+        f"{total} episode(s) ended in an error: not results, left out of Avg@k and Pass@k, "
+        "played again by the next run into the same --out.",
+        "",
+        "| error | episodes | first message |",
+        "|---|---:|---|",
+    ]
+    for e in errors:
+        first = " ".join(e.first.split()).replace("|", "\\|")
+        lines.append(f"| {e.type} | {e.episodes} | {first} |")
     return "\n".join(lines)
 
 
@@ -278,23 +345,40 @@ def write_tables(
     out: Path,
     settings: EvalSettings,
     meta: dict[str, Any] | None = None,
-) -> None:
-    """``results.md``, ``results.csv``, ``results.json`` and ``results.png`` in ``out``."""
+    errors: Sequence[ErrorCount] = (),
+) -> str | None:
+    """``results.md``, ``results.csv``, ``results.json`` and ``results.png`` in ``out``;
+    returns why the PNG was not drawn (matplotlib not installed), or None."""
     title = (
         f"{settings.env_id} / {settings.agent} / {settings.split} (n={settings.n}, k={settings.k})"
     )
     metadata = run_metadata(settings, meta)
     table = format_markdown(rows, title)
     head, sep, body = table.partition("\n\n")
-    (out / "results.md").write_text(f"{head}\n\n{_describe(metadata)}\n\n{body}\n")
-    (out / "results.json").write_text(
-        json.dumps({**metadata, "rows": [asdict(r) for r in rows]}, indent=2) + "\n"
-    )
+    error_table = format_errors(errors)
+    error_part = f"\n{error_table}\n" if error_table else ""  # after the table's newline
+    (out / "results.md").write_text(f"{head}\n\n{_describe(metadata)}\n\n{body}\n{error_part}")
+    record = {
+        **metadata,
+        "rows": [asdict(r) for r in rows],
+        "errors": [asdict(e) for e in errors],
+    }
+    (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
     with (out / "results.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
         k = settings.k
         writer.writerow(
-            ["family", "tasks", "samples", "successes", "errors", f"avg@{k}", f"pass@{k}"]
+            [
+                "family",
+                "tasks",
+                "samples",
+                "successes",
+                "errors",
+                f"avg@{k}",
+                f"pass@{k}",
+                "avg_tasks",
+                "pass_tasks",
+            ]
         )
         for r in rows:
             writer.writerow(
@@ -304,11 +388,13 @@ def write_tables(
                     r.samples,
                     r.successes,
                     r.errors,
-                    f"{r.avg_at_k:.6f}",
-                    f"{r.pass_at_k:.6f}",
+                    "" if r.avg_at_k is None else f"{r.avg_at_k:.6f}",
+                    "" if r.pass_at_k is None else f"{r.pass_at_k:.6f}",
+                    r.avg_tasks,
+                    r.pass_tasks,
                 ]
             )
-    plot_rows(rows, out / "results.png", title)
+    return plot_rows(rows, out / "results.png", title)
 
 
 # --------------------------------------------------------------------------------------------
@@ -462,8 +548,8 @@ def env_workers_spec(spec: str, ray_address: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from agentenvs.registration import ENVIRONMENTS
     from agentenvs.agents.policy import BackendUnavailableError
+    from agentenvs.registration import ENVIRONMENTS, MissingDependencyError
 
     out = args.out or default_out(args.env_id, args.agent)
     if args.env_id not in ENVIRONMENTS:
@@ -507,12 +593,27 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailableError as exc:  # a server down for longer than its retry window
         print(f"agentenvs eval: {exc}\n{stopped_message(argv, out)}", file=sys.stderr)
         return 1
+    except MissingDependencyError as exc:  # at gym.make, before any episode
+        print(f"agentenvs eval: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, RuntimeError) as exc:
         print(f"agentenvs eval: {exc}", file=sys.stderr)
         return 2
     title = f"{settings.env_id} / {settings.agent} / {settings.split} ({settings.protocol})"
     print(format_markdown(result.rows, title))
+    if result.errors:
+        print("\n" + format_errors(result.errors))
     print(f"\n{result.episodes} episodes ({result.new_episodes} new) in {out}")
+    if result.plot_note:
+        print(result.plot_note)
+    if result.all_errored:
+        print(
+            f"agentenvs eval: every episode ended in an error; no result. The first:\n"
+            f"  {result.first_error}\nFix its cause, then rerun the same command to play "
+            f"them again:\n  {resume_command(argv, out)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -2,10 +2,11 @@
 
 :class:`RunProgress` draws a tqdm bar of finished episodes as soon as it is made (before the
 model loads: ``status`` says what is happening meanwhile) and a postfix with the episodes in
-flight, the turns played, generated tokens per second and the success rate so far. A daemon
-thread redraws it every ``interval`` seconds from the :class:`~agentenvs.agents.rollout.RolloutStats` the
-rollout fills after each generated turn, so the line advances per turn and its clock keeps
-moving during a long generation call. transformers' own "Loading weights" bar is silenced while
+flight, the turns played, generated tokens per second, the success rate so far (over the played
+episodes) and the episodes that ended in an error (not results: the next run plays them
+again). A daemon thread redraws it every ``interval`` seconds from the
+:class:`~agentenvs.agents.rollout.RolloutStats` the rollout fills after each generated turn, so
+the line advances per turn and its clock keeps moving during a long generation call. transformers' own "Loading weights" bar is silenced while
 models load (:func:`agentenvs.agents.models.quiet_loading`), so it cannot overwrite this one.
 """
 
@@ -40,6 +41,7 @@ class RunProgress:
     ) -> None:
         self.won = sum(bool(t.won) for t in finished)
         self.count = len(finished)
+        self.errors = 0
         self.new = 0
         self.planned = planned
         self.max_active = max(1, max_active)
@@ -82,11 +84,14 @@ class RunProgress:
         self.refresh()
 
     def add(self, traj: Any) -> None:
-        """One more finished episode."""
+        """One more finished (or errored) episode."""
         with self._lock:
-            self.count += 1
             self.new += 1
-            self.won += int(bool(traj.won))
+            if traj.error is not None:
+                self.errors += 1
+            else:
+                self.count += 1
+                self.won += int(bool(traj.won))
             if self.bar is not None:
                 self.bar.set_postfix_str(self.postfix(), refresh=False)
                 self.bar.update(1)
@@ -105,6 +110,8 @@ class RunProgress:
                 f"{stats.generated_tokens / elapsed:.1f} tok/s",
             ]
         parts.append(f"success {self.won}/{self.count} ({rate:.1f}%)")
+        if self.errors:
+            parts.append(f"{self.errors} errored")
         return ", ".join(parts)
 
     def refresh(self) -> None:

@@ -10,7 +10,6 @@ alfworld 0.3.3's); ``observation`` reads the text; ``env`` is :class:`ALFWorldEn
 from __future__ import annotations
 
 from agentenvs.alfworld.data import TASK_TYPES, ALFWorldDataError, GameRef
-from agentenvs.alfworld.engine import INSTALL_COMMANDS, ALFWorldNotInstalledError
 from agentenvs.alfworld.env import DEFAULT_MAX_TURNS, SPLITS, ALFWorldEnv
 from agentenvs.alfworld.versions import (
     DEFAULT_GAME_VERSION,
@@ -22,12 +21,10 @@ __all__ = [
     "DEFAULT_GAME_VERSION",
     "DEFAULT_MAX_TURNS",
     "GAME_VERSIONS",
-    "INSTALL_COMMANDS",
     "SPLITS",
     "TASK_TYPES",
     "ALFWorldDataError",
     "ALFWorldEnv",
-    "ALFWorldNotInstalledError",
     "GameRef",
     "UnknownGameVersionError",
 ]

@@ -32,19 +32,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["INSTALL_COMMANDS", "ALFWorldNotInstalledError", "Engine", "clear_process_cache"]
+from agentenvs.registration import missing_dependency
 
-INSTALL_COMMANDS = (
-    "pip install --no-deps alfworld==0.4.2 textworld==1.7.0 jericho==3.3.1 "
-    "fast-downward-textworld==20.6.4\n"
-    "pip install 'tatsu==5.8.3' networkx more_itertools hashids mementos termcolor "
-    "prompt_toolkit numpy tqdm"
-)
+__all__ = ["Engine", "clear_process_cache", "import_engine"]
+
 _CACHE_GAMES = 8  # games whose parsed grammar and translations stay cached (about 4 MB each)
-
-
-class ALFWorldNotInstalledError(ImportError):
-    """alfworld / textworld / fast-downward are not installed; the message gives the commands."""
 
 
 def _import_engine() -> Any:
@@ -58,10 +50,7 @@ def _import_engine() -> Any:
         from textworld.envs.pddl import logic as pddl_logic
         from textworld.envs.pddl.pddl import PddlEnv
     except ImportError as exc:
-        raise ALFWorldNotInstalledError(
-            f"ALFWorld-v0 needs alfworld 0.4.2 and textworld 1.7.0 without their heavy extras "
-            f"({exc}). Install them with:\n{INSTALL_COMMANDS}\n(or `make install`)"
-        ) from exc
+        raise missing_dependency("ALFWorld-v0", exc) from exc
     finally:
         if had_var:
             os.environ["ALFWORLD_DATA"] = old_value or ""
@@ -81,6 +70,12 @@ class _Modules:
 
 
 _MODULES: _Modules | None = None
+
+
+def import_engine() -> None:
+    """Import the engine once per process; a module that does not import raises
+    :class:`~agentenvs.registration.MissingDependencyError` naming the ``alfworld`` extra."""
+    _modules()
 
 
 def _modules() -> _Modules:

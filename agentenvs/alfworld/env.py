@@ -7,7 +7,7 @@ import re
 from typing import Any, ClassVar
 
 from agentenvs.alfworld import data, versions
-from agentenvs.alfworld.engine import Engine
+from agentenvs.alfworld.engine import Engine, import_engine
 from agentenvs.alfworld.observation import first_observation, parse_fields
 from agentenvs.alfworld.restore import MEMO
 from agentenvs.alfworld.versions import DEFAULT_GAME_VERSION, GameVersion
@@ -114,6 +114,7 @@ class ALFWorldEnv(TextEnv):
         cache_dir: str | os.PathLike[str] | None = None,
         game_version: str = DEFAULT_GAME_VERSION,
     ) -> None:
+        import_engine()  # a missing engine fails here, at gym.make, naming the extra to install
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if reset_split not in self.splits:
             raise self._unknown_split(reset_split)

@@ -2,8 +2,9 @@
 
 ``levels`` holds AgentGym's 40-level table, task ids and splits; ``text`` the view description,
 action list and action expansion; ``fields`` the observation parser; ``env`` the
-:class:`BabyAITextEnv` environment. minigrid (the ``babyai`` extra) is imported only when a task
-starts.
+:class:`BabyAITextEnv` environment. minigrid (the ``babyai`` extra) is imported when the
+environment is made (a missing one is a :class:`~agentenvs.registration.MissingDependencyError`
+naming the extra); this package imports without it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ serves it, the interface Prefix-GRPO trains on)."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 from typing import Any, ClassVar, Literal
 
@@ -27,6 +26,7 @@ from agentenvs.babyai.text import (
     run_primitives,
 )
 from agentenvs.core import Outcome, ResetNeededError, TextEnv
+from agentenvs.registration import check_dependencies
 
 __all__ = ["NOT_RECOGNIZED", "NO_CHANGE", "RULES", "TASK_COMPLETED", "BabyAITextEnv", "Rules"]
 
@@ -39,9 +39,6 @@ PARITY_MIN_REWARD = 0.5
 
 Rules = Literal["agentgym", "fixed"]
 RULES: tuple[str, ...] = ("agentgym", "fixed")
-
-
-_INSTALL_HINT = "BabyAI-Text-v0 needs minigrid>=3.0: pip install 'agentenvs[babyai]'"
 
 
 def _make_minigrid(minigrid_id: str) -> Any:
@@ -141,8 +138,7 @@ class BabyAITextEnv(TextEnv):
         rules: Rules | None = None,
         parity: bool | None = None,
     ) -> None:
-        if importlib.util.find_spec("minigrid") is None:
-            raise ImportError(_INSTALL_HINT, name="minigrid")
+        check_dependencies(self.env_id)  # minigrid, at gym.make, naming the extra to install
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.rules: Rules = _resolve_rules(rules, parity)
         self.parity = self.rules == "agentgym"

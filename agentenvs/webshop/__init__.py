@@ -7,7 +7,13 @@ Lucene ranking in Python, :mod:`~agentenvs.webshop.reward` its purchase reward a
 
 from __future__ import annotations
 
-from agentenvs.webshop.catalog import Catalog, Goal, default_catalog
-from agentenvs.webshop.env import WebShopEnv, parse_action, parse_fields
+from agentenvs.registration import check_dependencies
+
+# regex and jinja2 (the ``webshop`` extra) before the modules that import them: a missing one is
+# one MissingDependencyError naming the extra, at gym.make
+check_dependencies("WebShop-v0")
+
+from agentenvs.webshop.catalog import Catalog, Goal, default_catalog  # noqa: E402
+from agentenvs.webshop.env import WebShopEnv, parse_action, parse_fields  # noqa: E402
 
 __all__ = ["Catalog", "Goal", "WebShopEnv", "default_catalog", "parse_action", "parse_fields"]

@@ -4,9 +4,11 @@
     python -m agentenvs.benchmarks.learning_check --preset sokoban --out docs/learning-check/sokoban
     python -m agentenvs.benchmarks.learning_check --preset smoke --out /tmp/smoke      # a minute or two
 
-Stages, each with a progress bar over its (arm, seed) units: data (expert episodes of the
-training tasks, the base model), SFT per seed (with its held-out evaluation), Prefix-GRPO's
-replay per seed (when that arm runs), then every RL arm per seed. A finished unit is a
+Stages, each (arm, seed) unit announced by a line and its work shown by bars that move per SFT
+step, RL iteration, replay query and evaluation episode: data (expert episodes of the training
+tasks, the base model), SFT per seed (with its held-out evaluation), Prefix-GRPO's replay per
+seed (when that arm runs), then every RL arm per seed (``--jobs 2``: units in subprocesses, one
+bar over the units). A finished unit is a
 ``result.json`` under ``OUT/<arm>/seed-<s>/``; a rerun skips it, so an interrupted run resumes
 where it stopped (an RL arm also resumes from its last evaluation point). ``--only`` limits a
 run to some arms (the others' finished files still count in the summary); ``summary.json``,
@@ -54,6 +56,14 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, disable=not enabled, dynamic_ncols=True)
+
+
+def _stage(text: str, enabled: bool) -> None:
+    """Announce a unit (above any bar that is drawing)."""
+    if enabled:
+        from tqdm.auto import tqdm
+
+        tqdm.write(text)
 
 
 def _tasks(settings: BenchSettings, out: Path) -> tuple[list[str], list[str]]:
@@ -132,7 +142,13 @@ def _run_units(
         while len(running) < jobs and any(ready(u) for u in todo):
             arm, seed = todo.pop(next(i for i, u in enumerate(todo) if ready(u)))
             log = (out / "logs" / f"{arm}-seed-{seed}.log").open("w")
-            cmd = [sys.executable, "-m", "agentenvs.benchmarks.learning_check", "--preset", preset_name]
+            cmd = [
+                sys.executable,
+                "-m",
+                "agentenvs.benchmarks.learning_check",
+                "--preset",
+                preset_name,
+            ]
             cmd += ["--out", str(out), "--only", arm, "--seeds", str(seed), "--no-progress"]
             cmd += ["--no-summary"]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -192,27 +208,23 @@ def run_benchmark(
         units += [(a, s) for s in seeds for a in run_arms if a != "sft"]
         _run_units(preset_name, out, units, jobs, "sft, rl arms + eval", progress)
     sft: dict[int, dict[str, Any]] = {}
-    bar = _bar(len(settings.seeds), "sft + eval", progress)
     for seed in settings.seeds:
-        sft[seed] = sft_stage(settings, out, data, eval_ids, seed)
-        bar.update(1)
-    bar.close()
+        _stage(f"sft + eval, seed {seed}", progress)
+        sft[seed] = sft_stage(settings, out, data, eval_ids, seed, progress=progress)
     queries: dict[int, str] = {}
     if "prefix-grpo" in run_arms:
-        bar = _bar(len(settings.seeds), "replay", progress)
         for seed in settings.seeds:
-            queries[seed] = replay_stage(out, teacher, sft[seed], seed)["samples"]
-            bar.update(1)
-        bar.close()
+            _stage(f"prefix-grpo's queries (cut, validate, sidecar), seed {seed}", progress)
+            queries[seed] = replay_stage(out, teacher, sft[seed], seed, progress=progress)[
+                "samples"
+            ]
     for arm in run_arms:
         if arm == "sft":
             continue
-        bar = _bar(len(settings.seeds), f"rl {arm} + eval", progress)
         for seed in settings.seeds:
+            _stage(f"rl {arm} + eval, seed {seed}", progress)
             source = queries[seed] if arm == "prefix-grpo" else rl_ids
-            rl_stage(settings, out, arm, sft[seed], source, eval_ids, seed)
-            bar.update(1)
-        bar.close()
+            rl_stage(settings, out, arm, sft[seed], source, eval_ids, seed, progress=progress)
     return _write_summary(settings, out, train_ids, eval_ids, start, write_summary)
 
 

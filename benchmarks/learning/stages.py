@@ -13,6 +13,9 @@ instead of running it again (the resume points of ``make learning-check``).
 Evaluations play every held-out task ``eval_n`` times at temperature 1 with a seed derived from
 the run's seed (the same episodes' sampling seeds for every arm of one seed) and record
 ``{task_id: [successes, samples]}``.
+
+With ``progress``, every stage shows bars that move as it works: SFT per step, RL per
+iteration, the replay stages per query, evaluations per episode.
 """
 
 from __future__ import annotations
@@ -103,10 +106,19 @@ def rl_teacher_stage(
 
 
 def evaluate_tasks(
-    settings: BenchSettings, model: Path, task_ids: list[str], seed: int, out: Path
+    settings: BenchSettings,
+    model: Path,
+    task_ids: list[str],
+    seed: int,
+    out: Path,
+    *,
+    progress: bool = False,
+    label: str = "eval",
 ) -> dict[str, list[int]]:
     """``{task_id: [successes, samples]}`` of ``model`` on ``task_ids`` (``eval_n`` episodes
-    each); the trajectories go to ``out/trajectories.jsonl``."""
+    each); the trajectories go to ``out/trajectories.jsonl``. ``progress``: a bar per episode."""
+    from tqdm.auto import tqdm
+
     from agentenvs.agents.policy import SamplingParams, make_policy
     from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
     from agentenvs.agents.trajectory import write_trajectories
@@ -117,11 +129,14 @@ def evaluate_tasks(
         sampling=SamplingParams(1.0, 1.0, settings.max_new_tokens, 1_000_003 * (seed + 1)),
     )
     policy = make_policy(f"hf:{model}")
+    plan = plan_episodes(task_ids, settings.eval_n)
+    bar = tqdm(total=len(plan), desc=label, unit="ep", disable=not progress, dynamic_ncols=True)
     try:
         trajs = run_rollouts(
-            policy, settings.env_id, plan_episodes(task_ids, settings.eval_n), config
+            policy, settings.env_id, plan, config, on_episode=lambda _: bar.update(1)
         )
     finally:
+        bar.close()
         policy.close()
     out.mkdir(parents=True, exist_ok=True)
     write_trajectories(out / "trajectories.jsonl", trajs)
@@ -133,7 +148,13 @@ def evaluate_tasks(
 
 
 def sft_stage(
-    settings: BenchSettings, out: Path, data: dict[str, Any], eval_ids: list[str], seed: int
+    settings: BenchSettings,
+    out: Path,
+    data: dict[str, Any],
+    eval_ids: list[str],
+    seed: int,
+    *,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """SFT (this seed's data order and init of the update) and its evaluation."""
     from agentenvs.train.config import load_config
@@ -159,9 +180,11 @@ def sft_stage(
         "seed": seed,
     }
     config = load_config(SFTConfig, None, [f"{k}={v}" for k, v in values.items()])
-    model = train_sft(config, progress=False) / "model"
+    model = train_sft(config, progress=progress) / "model"
     train_s = time.perf_counter() - clock
-    per_task = evaluate_tasks(settings, model, eval_ids, seed, run / "eval")
+    per_task = evaluate_tasks(
+        settings, model, eval_ids, seed, run / "eval", progress=progress, label="eval sft"
+    )
     return _finish(
         run / "result.json",
         {
@@ -175,7 +198,9 @@ def sft_stage(
     )
 
 
-def replay_stage(out: Path, expert: Path, sft: dict[str, Any], seed: int) -> dict[str, Any]:
+def replay_stage(
+    out: Path, expert: Path, sft: dict[str, Any], seed: int, *, progress: bool = False
+) -> dict[str, Any]:
     """Prefix-GRPO's queries for one seed (cuts under that seed's SFT model)."""
     from agentenvs.replay import CutConfig, run_cuts, run_sidecar, run_validate
 
@@ -186,11 +211,11 @@ def replay_stage(out: Path, expert: Path, sft: dict[str, Any], seed: int) -> dic
     run.mkdir(parents=True, exist_ok=True)
     model = sft["model"]
     cuts = run_cuts(
-        [expert], run / "queries.jsonl", [CutConfig()], model_path=model, progress=False
+        [expert], run / "queries.jsonl", [CutConfig()], model_path=model, progress=progress
     )
-    validated = run_validate(run / "queries.jsonl", run / "validated.jsonl", progress=False)
+    validated = run_validate(run / "queries.jsonl", run / "validated.jsonl", progress=progress)
     sidecar = run_sidecar(
-        run / "validated.jsonl", run / "samples.jsonl", model_path=model, progress=False
+        run / "validated.jsonl", run / "samples.jsonl", model_path=model, progress=progress
     )
     return _finish(
         run / "result.json",
@@ -246,6 +271,8 @@ def rl_stage(
     data: Any,
     eval_ids: list[str],
     seed: int,
+    *,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """One RL arm for one seed; ``data``: the training task ids, or Prefix-GRPO's samples file."""
     from agentenvs.train.rl import RLTrainer
@@ -266,10 +293,18 @@ def rl_stage(
             continue
         clock = time.perf_counter()
         resume = latest_checkpoint(run) is not None  # exact: the same run as an unbroken one
-        final = RLTrainer(config, progress=False).train(resume=resume, stop_at=stop)
+        final = RLTrainer(config, progress=progress).train(resume=resume, stop_at=stop)
         train_s += time.perf_counter() - clock
         clock = time.perf_counter()
-        curve[str(stop)] = evaluate_tasks(settings, final / "model", eval_ids, seed, run / "eval")
+        curve[str(stop)] = evaluate_tasks(
+            settings,
+            final / "model",
+            eval_ids,
+            seed,
+            run / "eval",
+            progress=progress,
+            label=f"eval {arm} @{stop}",
+        )
         _finish(point, curve[str(stop)])
         eval_s += time.perf_counter() - clock
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

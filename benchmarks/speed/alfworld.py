@@ -11,13 +11,12 @@ The issue's target: our wrapper adds at most 10% to a step.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import time
 from collections.abc import Callable
 
 from agentenvs.alfworld import ALFWorldEnv, data
-from agentenvs.alfworld.engine import INSTALL_COMMANDS, clear_process_cache
+from agentenvs.alfworld.engine import clear_process_cache, import_engine
 from agentenvs.alfworld.restore import MEMO
 from agentenvs.core import Snapshot
 from agentenvs.agents.experts.alfworld import ALFWorldExpert
@@ -25,8 +24,7 @@ from agentenvs.benchmarks.timing import SpeedRow
 
 __all__ = ["STEP_OVERHEAD_TARGET", "bench"]
 
-if importlib.util.find_spec("textworld") is None or importlib.util.find_spec("alfworld") is None:
-    raise ImportError(f"ALFWorld-v0's engine is not installed; install with:\n{INSTALL_COMMANDS}")
+import_engine()  # without the engine: MissingDependencyError (an ImportError) naming the extra
 
 ENV_ID = "ALFWorld-v0"
 STEP_OVERHEAD_TARGET = 1.10  # ours / raw

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-pytest.importorskip("openai")  # transformers serve's request types
+NEEDS = "the openai extra: pip install -e '.[openai]'"
+pytest.importorskip("fastapi", reason=NEEDS)
+pytest.importorskip("uvicorn", reason=NEEDS)
+pytest.importorskip("openai", reason=NEEDS)  # transformers serve's request types
 
 from agentenvs.cli import main as cli_main  # noqa: E402
 from agentenvs.agents.policy import make_policy  # noqa: E402

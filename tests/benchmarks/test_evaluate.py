@@ -228,3 +228,28 @@ def test_babyai_and_alfworld_protocols_choose_the_variant(tmp_path) -> None:
     assert ptgpo.protocol == "ptgpo" and (ptgpo.temperature, ptgpo.history) == (0.4, 2)
     babyai = EvalSettings("BabyAI-Text-v0", "expert", max_turns=30)
     assert babyai.overrides == {} and babyai.max_new_tokens == 2048
+
+
+def test_eval_without_matplotlib_writes_the_tables_and_says_how_to_get_the_plot(
+    tmp_path, without_modules
+) -> None:
+    """The core install has no matplotlib: the run, its tables and results.json, then the hint."""
+    out = tmp_path / "core"
+    args = ["-m", "agentenvs.cli", "eval", "TextCraft-v0", "--agent", "expert", "-k", "1"]
+    args += ["--limit", "3", "--no-progress", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=without_modules("matplotlib"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| **overall** | 3 | 3 | 3 | 100.00 | 100.00 | 0 |" in proc.stdout
+    assert "no results.png: matplotlib is not installed; pip install 'agentenvs[train]'" in (
+        proc.stdout
+    )
+    assert not (out / "results.png").exists()
+    results = json.loads((out / "results.json").read_text())
+    assert results["rows"][-1]["avg_at_k"] == 1.0 and results["protocol"] == "prefix-grpo"
+    assert results["variant"] == {}  # recorded, TextCraft's default

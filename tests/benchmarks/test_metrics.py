@@ -7,7 +7,16 @@ from fractions import Fraction
 
 import pytest
 
-from agentenvs.benchmarks.metrics import OVERALL, TaskOutcome, avg_at_k, pass_at_k, summarize, task_outcomes
+from agentenvs.benchmarks.metrics import (
+    OVERALL,
+    TaskOutcome,
+    avg_at_k,
+    count_errors,
+    error_type,
+    pass_at_k,
+    summarize,
+    task_outcomes,
+)
 
 
 @pytest.mark.parametrize(
@@ -53,23 +62,47 @@ def test_summarize_per_family_and_overall() -> None:
         ("t1", "a", True, False),
         ("t1", "a", False, False),
         ("t2", "a", False, False),
-        ("t2", "a", False, True),
+        ("t2", "a", True, True),  # errored: not a result, whatever its `won` says
         ("t3", "b", True, False),
         ("t3", "b", True, False),
     ]
     outcomes = task_outcomes(records)
     assert outcomes == [
         TaskOutcome("t1", "a", 2, 1, 0),
-        TaskOutcome("t2", "a", 2, 0, 1),
+        TaskOutcome("t2", "a", 1, 0, 1),
         TaskOutcome("t3", "b", 2, 2, 0),
     ]
     rows = summarize(outcomes, k=2)
     assert [r.family for r in rows] == ["a", "b", OVERALL]
     a, b, overall = rows
-    assert (a.tasks, a.samples, a.successes, a.errors) == (2, 4, 1, 1)
-    assert a.avg_at_k == pytest.approx(0.25) and a.pass_at_k == pytest.approx(0.5)
-    assert b.avg_at_k == 1.0 and b.pass_at_k == 1.0
-    assert overall.avg_at_k == pytest.approx(0.5) and overall.pass_at_k == pytest.approx(2 / 3)
+    assert (a.tasks, a.samples, a.successes, a.errors) == (2, 3, 1, 1)
+    # Avg@2 over both tasks (t2 by its one played sample), Pass@2 over t1 alone (t2 has 1 < k)
+    assert a.avg_at_k == pytest.approx(0.25) and a.pass_at_k == pytest.approx(1.0)
+    assert (a.avg_tasks, a.pass_tasks) == (2, 1)
+    assert b.avg_at_k == 1.0 and b.pass_at_k == 1.0 and (b.avg_tasks, b.pass_tasks) == (1, 1)
+    assert overall.avg_at_k == pytest.approx(0.5) and overall.pass_at_k == pytest.approx(1.0)
     assert summarize(outcomes, k=1)[-1].pass_at_k == pytest.approx(0.5)  # Pass@1 == Avg
     with pytest.raises(ValueError, match="needs at least 3 samples per task"):
         summarize(outcomes, k=3)
+
+
+def test_a_family_whose_every_episode_errored_has_no_figures() -> None:
+    outcomes = task_outcomes([("t1", "a", False, True), ("t2", "b", True, False)])
+    a, b, overall = summarize(outcomes, k=1)
+    assert (a.samples, a.errors, a.avg_at_k, a.pass_at_k, a.avg_tasks) == (0, 1, None, None, 0)
+    assert b.avg_at_k == 1.0 and overall.avg_at_k == 1.0 and overall.errors == 1
+
+
+def test_errors_are_counted_per_type() -> None:
+    missing = (
+        "reset failed: agentenvs.registration.MissingDependencyError: ALFWorld-v0 needs the "
+        "'alfworld' extra; install it with: pip install 'agentenvs[alfworld]'"
+    )
+    counts = count_errors([missing, "step failed: ValueError: bad", missing + " (2)"])
+    assert [(c.type, c.episodes) for c in counts] == [
+        ("reset: MissingDependencyError", 2),
+        ("step: ValueError", 1),
+    ]
+    assert counts[0].first == missing
+    assert error_type("ExpertFailure: no plan") == "ExpertFailure"
+    assert error_type("something odd") == "error"

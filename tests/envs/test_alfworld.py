@@ -412,9 +412,10 @@ def test_truncation_and_budget(env):
 
 def test_missing_engine_says_how_to_install(monkeypatch):
     from agentenvs.alfworld import engine
+    from agentenvs.registration import MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "textworld.envs.pddl.pddl", None)
-    with pytest.raises(engine.ALFWorldNotInstalledError, match="pip install --no-deps alfworld"):
+    with pytest.raises(MissingDependencyError, match=r"pip install 'agentenvs\[alfworld\]'"):
         engine._import_engine()
 
 

@@ -14,18 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("agents", "replay", "train", "benchmarks", "integrations")
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(ROOT)],
-        check=True, cwd=out,
-    )
-    (found,) = out.glob("agentenvs-*.whl")
-    return found
-
-
 def test_wheel_has_one_top_level_package(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -59,3 +47,28 @@ def test_cli_runs_from_a_folder_with_its_own_train_and_agents(tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert "usage:" in proc.stdout
+
+
+# OpenAI's Agents SDK installs the top-level package ``agents``: beside ours in either order, both
+# keep working, and removing agentenvs leaves the SDK whole.
+SDK = "openai-agents"
+SDK_WORKS = "from agents import Agent, Runner; print(Agent(name='a', instructions='b').name)"
+OURS_WORK = (
+    "from agentenvs.agents.prompts import Conversation; import gymnasium as gym, agentenvs; "
+    "env = gym.make('TextCraft-v0'); env.reset(seed=0); print(Conversation.__name__)"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sdk_first", [False, True], ids=["agentenvs-first", "sdk-first"])
+def test_openai_agents_beside_agentenvs(wheel, fresh_venv, sdk_first):
+    order = [[SDK], [str(wheel)]]
+    for spec in order if sdk_first else order[::-1]:
+        fresh_venv.pip("install", "-q", *spec)
+    fresh_venv.check()
+    assert fresh_venv.python_ok(SDK_WORKS).strip() == "a"
+    assert fresh_venv.python_ok(OURS_WORK).strip() == "Conversation"
+    for args in (["list"], ["eval", "--help"]):  # train needs torch: the [llm] extra
+        fresh_venv.run(str(fresh_venv.bin / "agentenvs"), *args)
+    fresh_venv.pip("uninstall", "-y", "-q", "agentenvs")
+    assert fresh_venv.python_ok(SDK_WORKS).strip() == "a"
