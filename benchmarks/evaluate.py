@@ -148,12 +148,13 @@ def evaluate(
     """Run (or resume) an evaluation and write its tables and plot; see the module docstring.
     ``skip_invalid``: resume past trajectory lines that fail validation (left in the file)
     instead of stopping at the first (:func:`agentenvs.benchmarks.eval_resume.load_finished`)."""
-    from agentenvs.registration import make
-    from agentenvs.agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
     from agentenvs.agents.task_sample import sample_tasks
     from agentenvs.agents.trajectory import append_trajectory
     from agentenvs.benchmarks.progress import RunProgress
+    from agentenvs.registration import make
 
     out = Path(out_dir)
     path = out / TRAJECTORIES
@@ -462,8 +463,8 @@ def env_workers_spec(spec: str, ray_address: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from agentenvs.registration import ENVIRONMENTS
     from agentenvs.agents.policy import BackendUnavailableError
+    from agentenvs.registration import ENVIRONMENTS
 
     out = args.out or default_out(args.env_id, args.agent)
     if args.env_id not in ENVIRONMENTS:

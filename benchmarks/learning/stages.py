@@ -107,7 +107,8 @@ def evaluate_tasks(
 ) -> dict[str, list[int]]:
     """``{task_id: [successes, samples]}`` of ``model`` on ``task_ids`` (``eval_n`` episodes
     each); the trajectories go to ``out/trajectories.jsonl``."""
-    from agentenvs.agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
     from agentenvs.agents.trajectory import write_trajectories
 

@@ -21,7 +21,6 @@ import time
 
 import pytest
 
-from agentenvs.registration import make
 from agentenvs.agents.envpool import InProcessEnvs, ProcessPoolEnvs, make_env_runner
 from agentenvs.agents.envworkers import (
     EnvWorkerError,
@@ -32,8 +31,9 @@ from agentenvs.agents.envworkers import (
     make_env_pool,
     parse_env_workers,
 )
-from agentenvs.agents.policy import Completion, Policy, make_policy
+from agentenvs.agents.policy import Completion, Policy
 from agentenvs.agents.prompts import format_reply
+from agentenvs.agents.registry import make_policy
 from agentenvs.agents.rollout import (
     RolloutConfig,
     RolloutStats,
@@ -41,6 +41,7 @@ from agentenvs.agents.rollout import (
     plan_episodes,
     run_rollouts,
 )
+from agentenvs.registration import make
 
 from .conftest import cut_spec
 

@@ -7,14 +7,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentenvs.registration import make
 from agentenvs.agents import prompt_templates as T
 from agentenvs.agents.parsing import get_parser
-from agentenvs.agents.policy import Completion, Policy, SamplingParams, make_policy
+from agentenvs.agents.policy import Completion, Policy, SamplingParams
 from agentenvs.agents.prompts import format_reply, parse_action, prompt_messages
 from agentenvs.agents.protocols import env_protocol
-from agentenvs.agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+from agentenvs.agents.registry import make_policy
+from agentenvs.agents.rollout import (
+    EpisodeSpec,
+    RolloutConfig,
+    RolloutStats,
+    plan_episodes,
+    run_rollouts,
+)
 from agentenvs.agents.trajectory import Trajectory
+from agentenvs.registration import make
 
 from .conftest import cut_spec, has_expert, registered_envs
 

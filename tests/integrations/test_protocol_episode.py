@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentenvs.agents.policy import Completion, Policy, make_policy
+from agentenvs.agents.policy import Completion, Policy
 from agentenvs.agents.protocol_rules import ProtocolRules
 from agentenvs.agents.protocols import PROTOCOLS, env_protocol
+from agentenvs.agents.registry import make_policy
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 from agentenvs.integrations.episode import INVALID_ACTION, TextEpisode
 

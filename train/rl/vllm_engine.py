@@ -45,9 +45,9 @@ import torch
 
 from agentenvs.agents.backends.vllm_backend import import_vllm, sampled_logprobs, shutdown_llm
 from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
+from agentenvs.train.device import autocast_context
 from agentenvs.train.distributed import full_tensor
 from agentenvs.train.rl.batch import prompt_token_ids
-from agentenvs.train.runtime import autocast_context
 
 if TYPE_CHECKING:
     from agentenvs.train.rl.config import EngineSettings, RLConfig
