@@ -8,11 +8,11 @@
     python -m agentenvs.benchmarks.rollout_speed --embedded --eval-speedup --threads 1
 
 ``--embedded`` runs SmolLM2-135M (the ``embedded`` agent) with that agent's backend options
-(:data:`agentenvs.agents.embedded.EMBEDDED_OPTIONS`: bfloat16 matrix products where the CPU has them;
-one-token steps as a flat loop over the layers (:mod:`agentenvs.agents.backends.cpu_decode_step`) with the
-compiled kernels of :mod:`agentenvs.agents.backends.cpu_kernels` for attention, the 4-bit decoder weights
-(:mod:`agentenvs.agents.backends.cpu_int4`), the 8-bit LM head and the sampler, and the system prompt read
-once per step for the whole batch (:mod:`agentenvs.agents.backends.cpu_attention`); prompts prefilled in
+(:data:`agentenvs.agents.models.EMBEDDED_OPTIONS`: bfloat16 matrix products where the CPU has them;
+one-token steps as a flat loop over the layers (:mod:`agentenvs.agents.backends.cpu.decode_step`) with the
+compiled kernels of :mod:`agentenvs.agents.backends.cpu.kernels` for attention, the 4-bit decoder weights
+(:mod:`agentenvs.agents.backends.cpu.int4`), the 8-bit LM head and the sampler, and the system prompt read
+once per step for the whole batch (:mod:`agentenvs.agents.backends.cpu.attention`); prompts prefilled in
 chunks, every row's next chunk in one shared forward pass, with the compiled attention on CPUs
 with AMX tiles, :mod:`agentenvs.agents.backends.prefill`);
 ``--opt KEY=VALUE`` overrides one of them, e.g. ``--opt decode_weights=model --opt
@@ -160,12 +160,12 @@ def measure(
     ``max_turns`` / ``max_new_tokens``: per episode and per reply (default 4 and 48; quick: 3
     and 24). ``options``: more backend options (e.g. the embedded agent's)."""
     import torch
-
-    from agentenvs.registration import make
     from agentenvs.agents.backends.transformers_backend import TransformersPolicy
     from agentenvs.agents.policy import SamplingParams
     from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
     from agentenvs.agents.tiny_model import build_tiny_model
+
+    from agentenvs.registration import make
 
     torch.manual_seed(0)
     threads_before = torch.get_num_threads()
@@ -286,11 +286,11 @@ def measure_eval_speedup(
     """Play the same ``episodes`` batched with ``BEFORE_OPTIONS`` and with ``options`` (two
     policies on one model directory, same seeds), interleaved; best tokens/s of each."""
     import torch
-
-    from agentenvs.registration import make
     from agentenvs.agents.backends.transformers_backend import TransformersPolicy
     from agentenvs.agents.policy import SamplingParams
     from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+
+    from agentenvs.registration import make
 
     threads_before = torch.get_num_threads()
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     options: dict = {}
     if args.embedded:
-        from agentenvs.agents.embedded import embedded_model_dir, embedded_options
+        from agentenvs.agents.models import embedded_model_dir, embedded_options
 
         args.model_dir, options = embedded_model_dir(), embedded_options()
     for item in args.opt:

@@ -6,7 +6,7 @@ padded batch on GPU. Decoding then writes into the same buffers, ``max_new_token
 
 With ``prefill_attention="bmm"`` (bfloat16 on CPU) every prompt runs in chunks of at most
 ``MAX_PREFILL_QUERIES`` tokens with the two-bmm attention
-(:func:`agentenvs.agents.backends.cpu_attention.prefill_rows`), and the rows of a batch run *packed*:
+(:func:`agentenvs.agents.backends.cpu.attention.prefill_rows`), and the rows of a batch run *packed*:
 each round's chunks (every row's next one) in one forward pass, end to end with no padding.
 The weights' products then see many rows at once (the decoder's products for 45 tokens took
 22 ms, for 8 rows of 45 packed 91 ms, two threads), while each row's attention reads its own
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.agents.backends.cpu_attention import MAX_PREFILL_QUERIES, prefill_rows
+from agentenvs.agents.backends.cpu.attention import MAX_PREFILL_QUERIES, prefill_rows
 from agentenvs.agents.backends.hf_loading import left_pad
 from agentenvs.agents.backends.kv_cache import (
     MIN_REUSE,

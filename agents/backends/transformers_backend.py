@@ -39,21 +39,18 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.agents.backends.cpu_attention import bmm_decoding, shared_prefix
-from agentenvs.agents.backends.cpu_attention import install as install_attention
-from agentenvs.agents.backends.cpu_decode_step import LeanDecoder
-from agentenvs.agents.backends.cpu_int4 import decoding as int4_decoding
-from agentenvs.agents.backends.cpu_int4 import install_for as install_int4
-from agentenvs.agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error, takes_dtype
-from agentenvs.agents.backends.cpu_kernels import load as load_decode_kernel
-from agentenvs.agents.backends.cpu_kernels import load_error as decode_kernel_error
+from agentenvs.agents.backends.cpu.attention import bmm_decoding, shared_prefix
+from agentenvs.agents.backends.cpu.attention import install as install_attention
+from agentenvs.agents.backends.cpu.decode_step import LeanDecoder
+from agentenvs.agents.backends.cpu.int4 import decoding as int4_decoding
+from agentenvs.agents.backends.cpu.int4 import install_for as install_int4
+from agentenvs.agents.backends.cpu.kernels import int_dot_path, prefill_kernel_error, takes_dtype
+from agentenvs.agents.backends.cpu.kernels import load as load_decode_kernel
+from agentenvs.agents.backends.cpu.kernels import load_error as decode_kernel_error
 from agentenvs.agents.backends.hf_loading import (
-    cpu_has_bf16,
     end_of_reply_ids,
     left_pad,
-    load_model,
     pad_id,
-    resolve_dtype,
     sample_next,
     sample_with_logprobs,
 )
@@ -70,6 +67,7 @@ from agentenvs.agents.backends.kv_cache import (
     writes_in_place,
 )
 from agentenvs.agents.backends.prefill import Layers, PrefillMixin
+from agentenvs.agents.models import cpu_has_bf16, load_model, resolve_dtype
 from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams
 
 if TYPE_CHECKING:
@@ -111,9 +109,9 @@ class TransformersPolicy(PrefillMixin, Policy):
     (the model's attention implementation is switched; 1.3x the embedded model's eval tokens/s
     in bfloat16; in float32 a row's tokens then do not depend on the batch), scores
     rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
-    of 1e-4, :mod:`agentenvs.agents.backends.cpu_attention`; ``kernel``: the same steps with a compiled
+    of 1e-4, :mod:`agentenvs.agents.backends.cpu.attention`; ``kernel``: the same steps with a compiled
     kernel, float32 scores and sums, masked positions skipped, one call per layer
-    (:mod:`agentenvs.agents.backends.cpu_kernels`, built with the system C compiler on first use; where it
+    (:mod:`agentenvs.agents.backends.cpu.kernels`, built with the system C compiler on first use; where it
     cannot be, the ``bmm`` path, and the run metadata's ``decode_kernel_error`` says why), the
     embedded agent's default),
     ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
@@ -122,7 +120,7 @@ class TransformersPolicy(PrefillMixin, Policy):
     into shared forward passes, :mod:`agentenvs.agents.backends.prefill`; same rounding as
     ``decode_attention="bmm"``, a row's prefill the same bit for bit alone or packed;
     ``kernel``: the same chunks with the compiled attention of
-    :mod:`agentenvs.agents.backends.cpu_kernels` where the CPU has AMX tiles and heads are 64 wide
+    :mod:`agentenvs.agents.backends.cpu.kernels` where the CPU has AMX tiles and heads are 64 wide
     (float32 scores and sums; otherwise ``bmm``, and the run metadata's
     ``prefill_kernel_error`` says why), the embedded agent's default),
     ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
@@ -130,13 +128,13 @@ class TransformersPolicy(PrefillMixin, Policy):
     AVX-512 VNNI; float32 rows in and out, ``run.json``'s ``int4_dot_products`` says which),
     one-token decoding steps multiply by a 4-bit groupwise copy of each decoder linear weight,
     a quarter of the bytes, while prefill keeps the model's weights; exact for a
-    Q4_1 model such as the embedded one, lossy for others, :mod:`agentenvs.agents.backends.cpu_int4`; the
-    products run in the compiled kernel of :mod:`agentenvs.agents.backends.cpu_kernels` where it builds,
+    Q4_1 model such as the embedded one, lossy for others, :mod:`agentenvs.agents.backends.cpu.int4`; the
+    products run in the compiled kernel of :mod:`agentenvs.agents.backends.cpu.kernels` where it builds,
     else in torch's, and the run metadata's ``int4_kernel`` says which; ``int4_torch``: always
     torch's, whose block scales are rounded to bfloat16), ``decode_step`` (``lean``, the
     default: where the model is a Llama or Qwen3 with this backend's CPU attention, one-token
     steps run as a flat loop over the layers' weights instead of transformers' module stack,
-    the same bits, :mod:`agentenvs.agents.backends.cpu_decode_step`; ``model``: always the model's own
+    the same bits, :mod:`agentenvs.agents.backends.cpu.decode_step`; ``model``: always the model's own
     forward pass), ``sampler`` (``torch``, the default; ``compiled``: temperature sampling with
     ``top_p`` 1 on CPU in one compiled pass per row, the same uniform draws and the same
     inversion of the distribution, log-probs within about 1e-6, the embedded agent's default),
@@ -184,7 +182,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         if model_obj is None:
-            model_obj, tokenizer = load_model(model, device, dtype, gguf_file)
+            model_obj, tokenizer = load_model(model, device=device, dtype=dtype, gguf_file=gguf_file)
         elif tokenizer is None:
             raise ValueError("pass tokenizer= together with model_obj=")
         self.model = model_obj.eval()

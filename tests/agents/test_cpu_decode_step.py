@@ -1,4 +1,4 @@
-"""Lean decoding steps (agents/backends/cpu_decode_step.py): the same tokens and log-probs, bit
+"""Lean decoding steps (agents/backends/cpu/decode_step.py): the same tokens and log-probs, bit
 for bit, as transformers' own forward pass, on a Qwen3 and a Llama model, alone and batched,
 with the 4-bit copies (compiled or torch's), bfloat16 weights, the kernel or the bmm attention."""
 
@@ -9,7 +9,6 @@ import shutil
 
 import pytest
 import torch
-
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 from agentenvs.agents.policy import SamplingParams
 

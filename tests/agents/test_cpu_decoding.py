@@ -1,4 +1,4 @@
-"""CPU decoding in bfloat16: 4-bit decoder weights for one-token steps (agents/backends/cpu_int4.py)
+"""CPU decoding in bfloat16: 4-bit decoder weights for one-token steps (agents/backends/cpu/int4.py)
 and cascade attention over the batch's shared system prompt (cpu_attention.shared_prefix,
 kv_cache.split_shared_prefix): log-probs close to a teacher-forced pass, a row's result
 independent of the batch bit for bit, the prefix cache across turns unchanged."""
@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agentenvs.agents.backends import cpu_int4
-from agentenvs.agents.backends.cpu_kernels import int_dot_path
+from agentenvs.agents.backends.cpu import int4 as cpu_int4
+from agentenvs.agents.backends.cpu.kernels import int_dot_path
 from agentenvs.agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_in_place
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 from agentenvs.agents.policy import SamplingParams
@@ -39,9 +38,8 @@ def q4_wide_model_dir(tmp_path_factory):
 
 
 def _q4_model(tmp_path_factory, spec=None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from agentenvs.agents.tiny_model import build_tiny_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = build_tiny_model(tmp_path_factory.mktemp("tiny"), spec)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
@@ -200,7 +198,7 @@ def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
     float32 attention and the cascade (prefill: the two-bmm attention; the prefill kernel is
     bfloat16's), close to the float32 pass, and a row's reply is the same bits alone or
     batched."""
-    from agentenvs.agents.embedded import EMBEDDED_OPTIONS
+    from agentenvs.agents.models import EMBEDDED_OPTIONS
 
     fp32 = {"device": "cpu", "dtype": "float32"}
     plain = TransformersPolicy(str(q4_wide_model_dir), **fp32)

@@ -1,4 +1,4 @@
-"""The compiled decoding attention (agents/backends/cpu_kernels.py): close to a float32 pass, a
+"""The compiled decoding attention (agents/backends/cpu/kernels.py): close to a float32 pass, a
 row's output the same bits alone, batched, padded, split at a shared prefix or not, at any
 thread count, on AMX tiles and on the vector path; the compiled prefill attention; the
 backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from agentenvs.agents.backends import cpu_attention, cpu_kernels
+from agentenvs.agents.backends.cpu import attention as cpu_attention
+from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 from agentenvs.agents.policy import SamplingParams
 
@@ -286,7 +286,7 @@ def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k, dtype)
 
 
 def test_int8_product_matches_float32_and_gives_a_row_the_same_bits() -> None:
-    from agentenvs.agents.backends.cpu_int4 import quantize_q8
+    from agentenvs.agents.backends.cpu.int4 import quantize_q8
 
     g = torch.Generator().manual_seed(4)
     grid = torch.randint(-127, 128, (192, 96), generator=g).float()

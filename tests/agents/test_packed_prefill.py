@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agentenvs.agents.backends import cpu_attention, prefill
-from agentenvs.agents.backends.cpu_attention import _rows_attention
+from agentenvs.agents.backends import prefill
+from agentenvs.agents.backends.cpu import attention as cpu_attention
+from agentenvs.agents.backends.cpu.attention import _rows_attention
 from agentenvs.agents.backends.kv_cache import writes_in_place
 from agentenvs.agents.backends.prefill import aligned_width
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
@@ -152,7 +152,7 @@ def wide_head_model_dir(tmp_path_factory):
 
 @needs_buffers
 def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_dir) -> None:
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     kernel = {**BMM, "prefill_attention": "kernel", "decode_attention": "kernel"}
     policy = TransformersPolicy(str(wide_head_model_dir), **kernel)

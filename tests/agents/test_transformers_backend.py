@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agentenvs.registration import make
 from agentenvs.agents.backends.kv_cache import PrefixCache, common_prefix_length
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy, left_pad, sample_next
 from agentenvs.agents.policy import SamplingParams
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+
+from agentenvs.registration import make
 
 from .conftest import CONVERSATIONS, SYSTEM, logprob_gap, teacher_forced_diff
 
@@ -287,7 +287,7 @@ def test_rows_finishing_early_leave_the_batch_without_changing_any_output(
 
 
 # --------------------------------------------------------------------------------------------
-# bfloat16 decoding attention on CPU (agents/backends/cpu_attention.py)
+# bfloat16 decoding attention on CPU (agents/backends/cpu/attention.py)
 
 
 def test_bmm_decode_attention_keeps_log_probs_rows_and_seeds(tiny_model_dir) -> None:
@@ -332,7 +332,7 @@ def test_decode_attention_option(tiny_model_dir) -> None:
 
 
 def test_bmm_attention_reads_whole_buffers_only_from_their_start() -> None:
-    from agentenvs.agents.backends.cpu_attention import _whole_buffer
+    from agentenvs.agents.backends.cpu.attention import _whole_buffer
 
     buffer = torch.zeros(2, 3, 40, 8, dtype=torch.bfloat16)
     whole = _whole_buffer(buffer[:, :, :25])

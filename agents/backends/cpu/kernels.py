@@ -2,10 +2,10 @@
 and 4-bit weight products (``decode_weights="int4"``, :func:`int4_linear`).
 
 Why (SmolLM2-135M, bfloat16, two threads, the 2-core AMX machine of December 2026): with the
-two-bmm path (:mod:`agentenvs.agents.backends.cpu_attention`) a decoding step's attention cost 356 us a
+two-bmm path (:mod:`agentenvs.agents.backends.cpu.attention`) a decoding step's attention cost 356 us a
 layer for one row and 914 us for eight (the shared system prompt's 635 positions plus about 520
 of each row's own), nearly all of it in four oneDNN ``bmm`` calls on matrices of three query
-rows, whose fixed cost per call and per batch item dominates. ``cpu_kernels.c`` does the same
+rows, whose fixed cost per call and per batch item dominates. ``kernels.c`` does the same
 work in one call per layer: per (row, key head), the group's query heads score the shared
 prefix's positions and the row's visible ones (masked positions are skipped, not read), a
 float32 softmax, the weighted sum of the values, one rounding to bfloat16. Measured in one
@@ -27,7 +27,7 @@ tests check it). ``AGENTENVS_KERNEL_TILES=0`` (or :func:`set_tiles`) keeps the v
 Prefill (``prefill_attention="kernel"``, :func:`prefill_attention`, tiles only): each chunk's new
 tokens against its row's keys, causal among them, with the same tile arithmetic, in units of 16
 queries (a query's result depends on its own keys and values, not on its chunk or the pass's
-other chunks). Against the two-bmm path of :mod:`agentenvs.agents.backends.cpu_attention`, one process,
+other chunks). Against the two-bmm path of :mod:`agentenvs.agents.backends.cpu.attention`, one process,
 two threads: 45 new tokens over 900 positions 248 against 847 us a layer for one row and 1.8
 against 7.3 ms for eight; 256 new over 512, 0.65 against 3.4 ms.
 
@@ -44,7 +44,7 @@ A float32 model's steps take a float32 twin (``decode_attention_f32``: the same 
 the same order, float32 keys, values and output, the compiler's vector loops).
 
 The 4-bit product (:func:`int4_linear`, :func:`pack_int4`; used by
-:mod:`agentenvs.agents.backends.cpu_int4` for calls of at most :data:`INT4_ROWS` rows): torch's CPU kernel
+:mod:`agentenvs.agents.backends.cpu.int4` for calls of at most :data:`INT4_ROWS` rows): torch's CPU kernel
 (``_weight_int4pack_mm_for_cpu``) turns every weight into a float before multiplying, and that
 conversion, not memory, bounded it on the machine above (for one row as for eight: 82 and 225 us
 for the fused 3072 x 576 gate/up projection). With AVX-512 VNNI this kernel multiplies the 4-bit
@@ -61,7 +61,7 @@ float32 model's, on a CPU without native bfloat16), the sums then returned in fl
 either it computes plain float32 sums. Each row's sums are its own and in a fixed order: a
 row's bits do not depend on the call's other rows or the thread count (the tests check it).
 
-Build: on first use :func:`load` compiles ``cpu_kernels.c`` with the system C compiler
+Build: on first use :func:`load` compiles ``kernels.c`` with the system C compiler
 (``$CC``, else ``gcc`` or ``cc``; ``-O3 -march=native -ffast-math -fopenmp``, about a second)
 into ``$AGENTENVS_CACHE/kernels`` (else ``~/.cache/agentenvs/kernels``), one file per source,
 compiler and CPU, and checks it against a float32 reference on random inputs. Where any step
@@ -104,8 +104,8 @@ __all__ = [
     "tiles_available",
 ]
 
-SOURCE = Path(__file__).with_name("cpu_kernels.c")
-MAX_DIM = 256  # head sizes the kernel takes (MAX_DIM in cpu_kernels.c)
+SOURCE = Path(__file__).with_name("kernels.c")
+MAX_DIM = 256  # head sizes the kernel takes (MAX_DIM in kernels.c)
 _COMPILE = ["-O3", "-march=native", "-ffast-math", "-mprefer-vector-width=512", "-fopenmp"]
 _STATE: dict[str, Any] = {}
 KEPT_BUILDS = 8  # compiled kernels kept in kernel_dir() (one per source, compiler and CPU)
@@ -113,7 +113,7 @@ KEPT_BUILDS = 8  # compiled kernels kept in kernel_dir() (one per source, compil
 
 def kernel_dir() -> Path:
     """Where compiled kernels are kept (``$AGENTENVS_CACHE/kernels``)."""
-    from agentenvs.agents.embedded import cache_root
+    from agentenvs.agents.models import cache_root
 
     return cache_root() / "kernels"
 
@@ -322,7 +322,7 @@ def prefill_attention(
     """``[batch, q_len, heads, dim]`` attention of prefill chunks, or None where the kernel
     does not apply (no AMX tiles, a head size other than 64). ``layout``: (key row, start, stop,
     new, query row, end) per chunk, the 6-number entries of
-    :func:`agentenvs.agents.backends.cpu_attention.prefill_rows`.
+    :func:`agentenvs.agents.backends.cpu.attention.prefill_rows`.
 
     ``query``: ``[batch, heads, q_len, dim]``; ``keys``/``values``: contiguous
     ``[rows, kv_heads, capacity, dim]`` buffers; everything bfloat16 on CPU. Positions of the
@@ -359,14 +359,14 @@ def prefill_attention(
     return out
 
 
-INT4_ROWS = 16  # rows per int4_linear call at most (INT4_ROWS in cpu_kernels.c)
+INT4_ROWS = 16  # rows per int4_linear call at most (INT4_ROWS in kernels.c)
 
 
 def pack_int4(q: Any, scales_zeros: Any) -> tuple[Any, Any]:
     """:func:`int4_linear`'s layout of 4-bit weights: ``q`` int ``[N, K]`` in 0..15 and
     ``scales_zeros`` float32 ``[K / 32, N, 2]`` (scale, zero; ``w = (q - 8) * scale + zero``,
-    :func:`agentenvs.agents.backends.cpu_int4.quantize_groups`) as (packed uint8, float32 scales and
-    lows, ``w = q * scale + low``; the layout is ``cpu_kernels.c``'s). ``N % 64 == 0`` and
+    :func:`agentenvs.agents.backends.cpu.int4.quantize_groups`) as (packed uint8, float32 scales and
+    lows, ``w = q * scale + low``; the layout is ``kernels.c``'s). ``N % 64 == 0`` and
     ``K % 32 == 0``."""
     import torch
 
@@ -459,7 +459,7 @@ def sample_rows(logits: Any, temperature: float, draws: Any) -> tuple[Any, Any]:
     """(tokens int64 ``[rows]``, their log-probs at temperature 1, float32) for float32
     ``logits`` ``[rows, vocab]`` and one uniform draw per row in ``draws``: the first token
     whose cumulative ``exp((l - max) / temperature)`` exceeds the draw times the total
-    (``cpu_kernels.c``)."""
+    (``kernels.c``)."""
     import torch
 
     if load() is None:

@@ -25,7 +25,7 @@ it, or other queries share the product (the tests check a prompt alone against t
 split at the batch's shared prefix and packed with other rows).
 
 With ``prefill_attention="kernel"`` (:func:`prefill_rows` with ``kernel=True``) the chunks'
-attention is the compiled kernel's (:func:`agentenvs.agents.backends.cpu_kernels.prefill_attention`: AMX
+attention is the compiled kernel's (:func:`agentenvs.agents.backends.cpu.kernels.prefill_attention`: AMX
 tiles, float32 scores and sums, about 3.5-5x faster than the two products here) where it
 applies.
 
@@ -37,7 +37,7 @@ default). Each row's result comes from its own matrix products: a row's tokens a
 do not depend on the other rows of the batch, bit for bit (the tests check it).
 
 With ``bmm_decoding(kernel=True)`` (``decode_attention="kernel"``) the one-token steps run the
-compiled kernel of :mod:`agentenvs.agents.backends.cpu_kernels` instead of the two products, where it
+compiled kernel of :mod:`agentenvs.agents.backends.cpu.kernels` instead of the two products, where it
 applies (bfloat16 or float32, a boolean or no mask); everything else here stays as it is.
 
 :func:`install` registers the function with transformers' attention interface under
@@ -83,7 +83,7 @@ _ROWS_KERNEL = [False]  # inside prefill_rows(kernel=True): the compiled prefill
 @contextmanager
 def bmm_decoding(active: bool = True, kernel: bool = False) -> Iterator[None]:
     """Inside (``active``): one-token steps of a switched model take the two-bmm path, or with
-    ``kernel`` the compiled kernel (:mod:`agentenvs.agents.backends.cpu_kernels`) where it applies;
+    ``kernel`` the compiled kernel (:mod:`agentenvs.agents.backends.cpu.kernels`) where it applies;
     outside, or with ``active=False``, every call goes to transformers' SDPA function
     unchanged. The switch is the model's, the choice the calling policy's: a policy without
     ``bmm`` on a model another policy switched gets exactly SDPA's results."""
@@ -98,7 +98,7 @@ def bmm_decoding(active: bool = True, kernel: bool = False) -> Iterator[None]:
 def kernel_step_prefixes() -> tuple[bool, Sequence[tuple[Any, Any]] | None]:
     """(whether one-token steps take the compiled kernel now, the shared prefix's keys and
     values per layer or None): what :func:`decode_attention` would use, for callers that call
-    the kernel themselves (:mod:`agentenvs.agents.backends.cpu_decode_step`)."""
+    the kernel themselves (:mod:`agentenvs.agents.backends.cpu.decode_step`)."""
     return _KERNEL[0], _PREFIX[0]
 
 
@@ -127,7 +127,7 @@ def prefill_rows(layout: Sequence[tuple[int, ...]] | None, kernel: bool = False)
     ``row`` (several chunks end to end in one sequence). Causal among the new tokens, every
     earlier position visible (the module docstring says why, and why the results do not depend
     on the cut).
-    With ``kernel``, :func:`agentenvs.agents.backends.cpu_kernels.prefill_attention` computes it where it
+    With ``kernel``, :func:`agentenvs.agents.backends.cpu.kernels.prefill_attention` computes it where it
     applies (AMX tiles, heads of 64; float32 scores and sums, not rounded to the model dtype),
     else the two products do."""
     saved = _ROWS[0], _ROWS_KERNEL[0]
@@ -214,8 +214,7 @@ def _kernel_step(
     """The compiled kernel's ``[batch, 1, heads, dim]`` output, or None where it does not
     apply (another dtype, a float mask, keys that are not a buffer's prefix)."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     batch, length = key.shape[0], key.shape[2]
     if not cpu_kernels.takes_dtype(query.dtype) or key.dtype != query.dtype:
@@ -301,7 +300,7 @@ def _rows_attention(
     # 4-number entries are query row `index`'s last `new` positions
     chunks = [entry if len(entry) == 6 else (*entry, i, q_length) for i, entry in enumerate(rows)]
     if _ROWS_KERNEL[0] and query.dtype == torch.bfloat16:
-        from agentenvs.agents.backends.cpu_kernels import prefill_attention
+        from agentenvs.agents.backends.cpu.kernels import prefill_attention
 
         if key.is_contiguous() and value.is_contiguous():  # packed passes' whole buffers
             out = prefill_attention(query, key, value, chunks, scale)

@@ -28,12 +28,12 @@ machine of December 2026 (two threads): 576 -> 1536 at one row 0.06 against 0.11
 ``linear``, at 8 rows 0.26 against 0.50 ms; the 8-bit LM head (49,152 x 576) 2.4 against 14.7 ms
 at one row and 11.2 against 43.6 ms at 8.
 
-Two kernels take the 4-bit copies: the compiled one of :mod:`agentenvs.agents.backends.cpu_kernels`
+Two kernels take the 4-bit copies: the compiled one of :mod:`agentenvs.agents.backends.cpu.kernels`
 (``decode_weights="int4"``, where it builds and the layer's output count is a multiple of 64;
 integer dot products, the scales kept in float32) and torch's (``decode_weights="int4_torch"``,
 or where the compiled one is not available; :class:`Int4Report` says which ran). The q, k and v
 projections of a layer, and the MLP's gate and up projections, also get one fused copy each
-(:data:`FUSED`) for :mod:`agentenvs.agents.backends.cpu_decode_step`'s lean steps: one product instead of
+(:data:`FUSED`) for :mod:`agentenvs.agents.backends.cpu.decode_step`'s lean steps: one product instead of
 three or two, the same bits per column.
 
 Each row's output comes from its own products (a row's tokens do not depend on the batch's other
@@ -155,7 +155,7 @@ def decoding_active() -> bool:
     return bool(_DECODING[0])
 
 
-# Fused copies for lean decoding steps (agentenvs.agents.backends.cpu_decode_step): one product instead of
+# Fused copies for lean decoding steps (agentenvs.agents.backends.cpu.decode_step): one product instead of
 # several sharing an input; a column's result does not depend on which columns share the call.
 FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
 
@@ -167,7 +167,7 @@ def product(x: Any, packed: Any, scales: Any, out_features: int, compiled: bool)
     import torch
 
     if compiled:
-        from agentenvs.agents.backends.cpu_kernels import int4_linear
+        from agentenvs.agents.backends.cpu.kernels import int4_linear
 
         return int4_linear(x, packed, scales, out_features)
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP_SIZE, scales)
@@ -256,14 +256,13 @@ def install_for(
 ) -> Int4Report | None:
     """:func:`install` when it applies, else None: the kernel exists and the model is on CPU,
     in bfloat16, or in float32 with the compiled kernel's integer dot products (``compiled``
-    on a CPU with AVX2 or AVX-512 VNNI, :func:`agentenvs.agents.backends.cpu_kernels.int_dot_path`: at
+    on a CPU with AVX2 or AVX-512 VNNI, :func:`agentenvs.agents.backends.cpu.kernels.int_dot_path`: at
     one row 0.06 against 0.11 ms for float32 ``linear`` of 576 -> 1536, the 8-bit LM head 2.4
     against 14.7 ms, on the AVX2-only 2-core machine of December 2026; the kernel's plain
     float32 sums are several times slower than ``linear``). ``source``: the model's
     directory, whose float32 weights are quantized when it has them."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     try:
         param = next(model.parameters())
@@ -309,8 +308,7 @@ def _install_head(model: Any, source: Mapping[str, Any], max_rows: int) -> float
     (the compiled kernel only); returns its reconstruction error, or None where it does not
     apply."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     head = getattr(model, "lm_head", None)
     if not isinstance(head, torch.nn.Linear) or head.weight.device.type != "cpu":
@@ -333,8 +331,7 @@ def _install_head(model: Any, source: Mapping[str, Any], max_rows: int) -> float
 
 def _head_forward(self: Any, x: Any) -> Any:
     import torch
-
-    from agentenvs.agents.backends.cpu_kernels import int8_linear, takes_dtype
+    from agentenvs.agents.backends.cpu.kernels import int8_linear, takes_dtype
 
     rows = x.numel() // self.in_features
     if (
@@ -354,8 +351,7 @@ def _head_forward(self: Any, x: Any) -> Any:
 def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, Any, bool]:
     """(packed weight, scales, whether the compiled kernel's layout) of one 4-bit copy."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     if _compiled_layout(*q.shape, compiled):
         packed, scales = cpu_kernels.pack_int4(q, scales_zeros)
@@ -367,7 +363,7 @@ def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, A
 def _compiled_layout(n: int, k: int, compiled: bool) -> bool:
     """Whether an ``n x k`` 4-bit copy takes the compiled kernel's layout (asked for, the
     kernel loads, whole 64-column blocks and 32-wide groups)."""
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     return compiled and n % 64 == 0 and k % GROUP_SIZE == 0 and cpu_kernels.load() is not None
 

@@ -11,15 +11,15 @@ fixed part was most of every step.
 
 :class:`LeanDecoder` runs the same step as a flat loop over the layers' weights: the same
 tensor operations in the same order and dtypes as transformers' Llama and Qwen3 code (RMSNorm,
-rotary embedding, the cache layers' own ``update``, :func:`agentenvs.agents.backends.cpu_attention.
+rotary embedding, the cache layers' own ``update``, :func:`agentenvs.agents.backends.cpu.attention.
 decode_attention`, the MLP), so the logits are bit for bit those of ``model(...)`` (the tests
 compare them, alone, batched, padded and with a shared prefix). Two changes of grouping only:
 the query, key and value projections are one 4-bit product, and so are the MLP's gate and up
-projections (:func:`agentenvs.agents.backends.cpu_int4.install` packs the fused copies; a column's sum is
+projections (:func:`agentenvs.agents.backends.cpu.int4.install` packs the fused copies; a column's sum is
 the same whichever columns share the call, checked by the tests).
 
 It applies to a ``llama`` or ``qwen3`` model whose attention is
-:mod:`agentenvs.agents.backends.cpu_attention`'s and whose cache is a preallocated buffer cache
+:mod:`agentenvs.agents.backends.cpu.attention`'s and whose cache is a preallocated buffer cache
 (:func:`agentenvs.agents.backends.kv_cache.buffer_cache`); :func:`LeanDecoder.build` says why not
 otherwise, and the backend then calls the model as before.
 """
@@ -90,14 +90,14 @@ class LeanDecoder:
     @staticmethod
     def unsupported(model: Any) -> str | None:
         """Why ``model`` cannot take lean steps, or None when it can."""
-        from agentenvs.agents.backends import cpu_attention
+        from agentenvs.agents.backends.cpu import attention as cpu_attention
 
         config = getattr(model, "config", None)
         kind = getattr(config, "model_type", None)
         if kind not in MODEL_TYPES:
             return f"model type {kind!r} (lean steps know {', '.join(MODEL_TYPES)})"
         if getattr(config, "_attn_implementation", None) != cpu_attention.NAME:
-            return "the model's attention is not agentenvs.agents.backends.cpu_attention's"
+            return "the model's attention is not agentenvs.agents.backends.cpu.attention's"
         if kind == "qwen3" and getattr(config, "use_sliding_window", False):
             return "sliding-window attention"
         base = getattr(model, "model", None)
@@ -131,9 +131,9 @@ class LeanDecoder:
         """Logits ``[batch, vocab]`` of one token per row (``input_ids`` ``[batch, 1]``);
         ``cache``'s layers get the new keys and values, as ``model(...)`` would write them."""
         import torch
-
-        from agentenvs.agents.backends import cpu_int4, cpu_kernels
-        from agentenvs.agents.backends.cpu_attention import (
+        from agentenvs.agents.backends.cpu import int4 as cpu_int4
+        from agentenvs.agents.backends.cpu import kernels as cpu_kernels
+        from agentenvs.agents.backends.cpu.attention import (
             decode_attention,
             kernel_buffers,
             kernel_step_prefixes,
@@ -206,7 +206,7 @@ def _rotate_half(x: Any) -> Any:
 
 
 def _fused(module: Any, name: str) -> tuple[Any, Any, int, bool] | None:
-    """``module``'s fused 4-bit copy as :func:`agentenvs.agents.backends.cpu_int4.product`'s arguments
+    """``module``'s fused 4-bit copy as :func:`agentenvs.agents.backends.cpu.int4.product`'s arguments
     after ``x`` (None if it has none)."""
     packed = getattr(module, f"int4_{name}_weight", None)
     scales = getattr(module, f"int4_{name}_scales", None)
