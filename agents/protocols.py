@@ -30,8 +30,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from agentenvs.agents.prompts.alfworld import ALFWORLD_INVALID_ACTION
+from agentenvs.agents.prompts.babyai import BABYAI_INVALID_ACTION
+from agentenvs.agents.prompts.textcraft import TEXTCRAFT_INVALID_ACTION
 from agentenvs.core import did_you_mean
-from agentenvs.agents import prompt_templates as T
 
 __all__ = [
     "DEFAULT_PROTOCOLS",
@@ -184,7 +186,7 @@ _PREFIX_GRPO = Protocol(
             admissible="none",
             parser="think_brackets",
             unparseable="feedback",
-            invalid_feedback=T.TEXTCRAFT_INVALID_ACTION,
+            invalid_feedback=TEXTCRAFT_INVALID_ACTION,
             max_turns={"eval": 30, "train": 30},
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 512), "train": Sampling(1.0, 1.0, 512)},
@@ -217,7 +219,7 @@ _PREFIX_GRPO = Protocol(
             admissible="observation",
             parser="agentgym-babyai",
             unparseable="feedback",
-            invalid_feedback=T.BABYAI_INVALID_ACTION,
+            invalid_feedback=BABYAI_INVALID_ACTION,
             max_turns={"eval": 30, "train": 20},
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 2048), "train": Sampling(1.0, 1.0, 512)},
@@ -249,7 +251,7 @@ _PREFIX_GRPO = Protocol(
             admissible="appended",
             parser="agentgym-alfworld",
             unparseable="feedback",
-            invalid_feedback=T.ALFWORLD_INVALID_ACTION,
+            invalid_feedback=ALFWORLD_INVALID_ACTION,
             max_turns={"eval": 50, "train": 20},
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 512), "train": Sampling(1.0, 0.95, 384)},

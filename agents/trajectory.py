@@ -1,6 +1,6 @@
 """Trajectory records and their JSONL files.
 
-One episode is one JSON line (DESIGN.md, "Agents"): the schema version, which environment, task,
+One episode is one JSON line (docs/architecture.md, "Trajectories"): the schema version, which environment, task,
 group and sample it was, which agent played it, the full message list, a record per step, the
 outcome, and, for LLM policies, the token ids and log-probs of every generated turn.
 

@@ -217,7 +217,7 @@ def test_ptgpo_projects_invalid_replies_and_steps_them() -> None:
 
 
 def test_prefix_grpo_answers_unparseable_replies_without_stepping() -> None:
-    from agentenvs.agents import prompt_templates as T
+    from agentenvs.agents.prompts import textcraft as T
 
     policy = _ScriptedReplies(["I am not sure what to do.\nMaybe look around?"])
     config = RolloutConfig(protocol="prefix-grpo", max_turns=2)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentenvs.agents import prompt_templates as T
 from agentenvs.agents.parsing import get_parser
 from agentenvs.agents.policy import Completion, Policy, SamplingParams
 from agentenvs.agents.prompts import format_reply, parse_action, prompt_messages
+from agentenvs.agents.prompts import textcraft as T
 from agentenvs.agents.protocols import env_protocol
 from agentenvs.agents.registry import make_policy
 from agentenvs.agents.rollout import (

@@ -121,7 +121,7 @@ def test_malformed_reply_under_ptgpo_projects_to_still() -> None:
 
 
 def test_malformed_reply_under_prefix_grpo_gets_the_feedback() -> None:
-    from agentenvs.agents import prompt_templates as T
+    from agentenvs.agents.prompts import textcraft as T
 
     replies = ["I am not sure what to do.\nMaybe look around?"] * 2 + [
         "Think: x\nAction: [[ inventory ]]"

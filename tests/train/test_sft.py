@@ -29,7 +29,7 @@ def tiny(tmp_path_factory):
 
 
 def expert_trajectory(task_id: str) -> Trajectory:
-    from agentenvs.agents.experts.textcraft import TextCraftExpert
+    from agentenvs.textcraft.expert import TextCraftExpert
     from agentenvs.textcraft import TextCraftEnv
 
     env, expert = TextCraftEnv(), TextCraftExpert()
