@@ -153,13 +153,8 @@ def layering_violations(graph: Mapping[str, set[str]]) -> list[str]:
 # --- the project ---------------------------------------------------------------------------
 
 
-# Issue 37 item 1 merges agents/embedded.py into agents/models.py; until it lands, exactly this
-# one known circle is let through. Remove the exemption with the merge.
-KNOWN_CIRCLES = [["agentenvs.agents.embedded", "agentenvs.agents.models"]]
-
-
 def test_no_import_circles():
-    assert [c for c in circles(import_graph(ROOT)) if c not in KNOWN_CIRCLES] == []
+    assert circles(import_graph(ROOT)) == []
 
 
 def test_layering():
