@@ -44,6 +44,7 @@ __all__ = [
     "Sampling",
     "UnknownProtocolError",
     "default_protocol",
+    "resolve_protocol",
     "env_protocol",
     "get_protocol",
     "protocols_markdown",
@@ -433,6 +434,17 @@ def default_protocol(env_id: str) -> str:
         raise UnknownProtocolError(
             f"no protocol is defined for {env_id!r}; protocols cover {sorted(DEFAULT_PROTOCOLS)}"
         )
+    return name
+
+
+def resolve_protocol(env_id: str, protocol: str | None) -> str | None:
+    """The protocol a run of ``env_id`` plays: ``"default"`` is the environment's default (None
+    for an environment without one), None is none, a name is checked (an unknown one, or one
+    without a setup for ``env_id``, is an error listing the valid ones). The one place that
+    resolves ``"default"``."""
+    name = DEFAULT_PROTOCOLS.get(env_id) if protocol == "default" else protocol
+    if name is not None:
+        get_protocol(name).for_env(env_id)
     return name
 
 
