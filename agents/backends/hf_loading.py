@@ -41,7 +41,7 @@ def left_pad(
 
 
 def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, generator: Any = None, *, plain: bool = False
+    logits: torch.Tensor, sampling: SamplingParams, generator: Any = None
 ) -> torch.Tensor:
     """One token per row of ``logits`` (``[batch, vocab]``): greedy, or temperature + top-p.
 
@@ -49,8 +49,7 @@ def sample_next(
     ``generator``: the same distribution as ``torch.multinomial``, which draws one exponential
     per vocabulary entry (7-19 ms a step for 8 rows of a 49k vocabulary on a CPU core, against
     well under 1 ms here). ``generator`` may also be a list, one generator per row (each row's
-    draws then depend on its own generator only). ``plain``: draw with ``torch.multinomial``
-    (the backend's ``decode="plain"``, kept to measure against)."""
+    draws then depend on its own generator only)."""
     import torch
 
     if sampling.temperature == 0:
@@ -61,16 +60,6 @@ def sample_next(
         before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
         sorted_probs = sorted_probs.masked_fill(before >= sampling.top_p, 0.0)
         probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
-    rows = generator if isinstance(generator, list) else None
-    if plain:
-        if rows is not None:
-            return torch.cat(
-                [
-                    torch.multinomial(p[None], 1, generator=g)[:, 0]
-                    for p, g in zip(probs, rows, strict=True)
-                ]
-            )
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]
     cdf = probs.cumsum(dim=-1)
     draw = uniform_draws(probs.shape[0], generator, probs.device, cdf.dtype)
     index = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True)
@@ -90,33 +79,13 @@ def uniform_draws(rows: int, generator: Any, device: Any, dtype: Any) -> torch.T
 
 
 def sample_with_logprobs(
-    logits: torch.Tensor,
-    sampling: SamplingParams,
-    generator: Any = None,
-    *,
-    plain: bool = False,
-    compiled: bool = False,
+    logits: torch.Tensor, sampling: SamplingParams, generator: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(:func:`sample_next`'s tokens, their log-probs at temperature 1) for float32
-    ``logits``. ``compiled``: where it applies (CPU, temperature > 0, ``top_p`` 1, not
-    ``plain``), the compiled sampler of :mod:`agentenvs.agents.backends.cpu.kernels` (the same uniform
-    draws and the same inversion of each row's distribution, in one pass over the vocabulary
-    instead of a softmax, a cumulative sum and a log-softmax, each over the whole batch)."""
+    ``logits``."""
     import torch
 
-    if (
-        compiled
-        and not plain
-        and sampling.temperature > 0
-        and sampling.top_p >= 1.0
-        and logits.device.type == "cpu"
-    ):
-        from agentenvs.agents.backends.cpu import kernels as cpu_kernels
-
-        if cpu_kernels.load() is not None:
-            draws = uniform_draws(logits.shape[0], generator, logits.device, torch.float32)
-            return cpu_kernels.sample_rows(logits, sampling.temperature, draws[:, 0])
-    tokens = sample_next(logits, sampling, generator, plain=plain)
+    tokens = sample_next(logits, sampling, generator)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
     return tokens, logprobs
 

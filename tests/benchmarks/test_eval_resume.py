@@ -132,7 +132,7 @@ def test_ctrl_c_saves_finished_episodes_and_prints_the_resume_command(tmp_path) 
     assert len(keys) == len(set(keys)) == 400
 
 
-BMM = {"device": "cpu", "dtype": "bfloat16", "decode_attention": "bmm", "prefill_attention": "bmm"}
+ENGINE = {"device": "cpu", "dtype": "bfloat16", "cpu_engine": "auto"}
 
 
 def _replies(path: Path) -> dict:
@@ -165,7 +165,7 @@ def test_a_resumed_llm_eval_samples_what_an_unbroken_one_does(tmp_path) -> None:
             top_p=1.0,
             seeding=seeding,
             max_active=max_active,
-            agent_options=BMM,
+            agent_options=ENGINE,
         )
 
     same = {}

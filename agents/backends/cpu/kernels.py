@@ -1,5 +1,5 @@
-"""Compiled kernels for one-token decoding steps on CPU: attention (``decode_attention="kernel"``)
-and 4-bit weight products (``decode_weights="int4"``, :func:`int4_linear`).
+"""The CPU engine's compiled kernels: decoding and prefill attention, 4-bit and 8-bit weight products
+(:func:`int4_linear`, :func:`int8_linear`) and the sampler (:func:`sample_rows`).
 
 Why (SmolLM2-135M, bfloat16, two threads, the 2-core AMX machine of December 2026): with the
 two-bmm path (:mod:`agentenvs.agents.backends.cpu.attention`) a decoding step's attention cost 356 us a
@@ -22,9 +22,9 @@ one process (30 layers' buffers, so the keys come from memory; the 645 prefix po
 of each row's own, as in the benchmark's last turns): 142 against 187 us a layer for 8 rows, 339
 against 501 for 32 rows, 39 against 36 for one row (which the prefix's bytes bound either way).
 The error against a float32 pass is that of the bfloat16 output's rounding on both paths (the
-tests check it). ``AGENTENVS_KERNEL_TILES=0`` (or :func:`set_tiles`) keeps the vector path.
+tests check it). :func:`set_tiles` (tests only) switches to the vector path.
 
-Prefill (``prefill_attention="kernel"``, :func:`prefill_attention`, tiles only): each chunk's new
+Prefill (:func:`prefill_attention`, tiles only): each chunk's new
 tokens against its row's keys, causal among them, with the same tile arithmetic, in units of 16
 queries (a query's result depends on its own keys and values, not on its chunk or the pass's
 other chunks). Against the two-bmm path of :mod:`agentenvs.agents.backends.cpu.attention`, one process,
@@ -215,7 +215,7 @@ def load() -> Any:
         library.tiles_available.restype = number
         library.set_tiles.restype = number
         library.set_tiles.argtypes = [number]
-        library.set_tiles(int(os.environ.get("AGENTENVS_KERNEL_TILES", "1") != "0"))
+        library.set_tiles(1)
         _STATE["prefill"], _STATE["library"] = prefill, library
         sample = library.sample_rows
         sample.restype = number
@@ -290,7 +290,7 @@ def tiles_available() -> bool:
 
 def set_tiles(enabled: bool) -> bool:
     """Use the tile paths where they exist (``enabled``), or the vector ones everywhere, as
-    ``AGENTENVS_KERNEL_TILES=0`` does from the start; returns the previous setting. The two
+    for the tests that compare them; returns the previous setting. The two
     paths round differently: switch before a run, not inside one."""
     if load() is None:
         return False
@@ -322,7 +322,7 @@ def prefill_attention(
     """``[batch, q_len, heads, dim]`` attention of prefill chunks, or None where the kernel
     does not apply (no AMX tiles, a head size other than 64). ``layout``: (key row, start, stop,
     new, query row, end) per chunk, the 6-number entries of
-    :func:`agentenvs.agents.backends.cpu.attention.prefill_rows`.
+    :func:`agentenvs.agents.backends.cpu.attention.rows_attention`.
 
     ``query``: ``[batch, heads, q_len, dim]``; ``keys``/``values``: contiguous
     ``[rows, kv_heads, capacity, dim]`` buffers; everything bfloat16 on CPU. Positions of the
