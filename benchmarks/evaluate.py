@@ -15,9 +15,9 @@ sampling; an explicit flag (``--max-turns``, ``--temperature``, ``--top-p``,
 ``--max-new-tokens``, ``--history``) overrides its setting and is recorded in ``overrides``.
 Each finished episode is appended to ``OUT/trajectories.jsonl`` at once; a rerun with the same
 ``--out`` reads that file and plays only the episodes it lacks (a corrupt last line from a killed
-run is dropped; :mod:`agentenvs.benchmarks.eval_resume`), so an interrupted run resumes without repeating
-or losing an episode; each reply is drawn with a seed of its episode and turn (``--seeding
-episode``, the default), so the resumed run samples the replies the unbroken one would have.
+run is dropped; :func:`load_finished`), so an interrupted run resumes without repeating or losing
+an episode; each reply is drawn with a seed of its episode and turn, so the resumed run samples
+the replies the unbroken one would have (a run recorded before that seeding cannot resume).
 ``OUT/run.json`` records the settings; resuming with different ones is refused (pass ``--fresh``
 to start over); it also names the protocol, every setting the protocol fixed
 (``protocol_settings``), the overrides, the environment's ``variant`` and the chosen task ids.
@@ -36,21 +36,13 @@ import argparse
 import csv
 import json
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.eval_resume import (
-    TRAJECTORIES,
-    EvalSettingsError,
-    check_run_file,
-    load_finished,
-    record_backend,
-    resume_command,
-    stopped_message,
-)
 from agentenvs.benchmarks.metrics import OVERALL, MetricRow, summarize, task_outcomes
 from agentenvs.benchmarks.result_plot import plot_rows
 
@@ -65,7 +57,6 @@ __all__ = [
 ]
 
 _PROTOCOL_FIELDS = ("max_turns", "history", "temperature", "top_p", "max_new_tokens")
-SEEDINGS = ("episode", "call")
 
 
 @dataclass
@@ -75,13 +66,11 @@ class EvalSettings:
     ``protocol``: a benchmark protocol (None: the environment's default one); the settings
     left at None (or ``history="default"``) take its evaluation values, the others are
     ``overrides``. ``limit``: play a sample of that many tasks across the families, drawn with
-    ``task_seed`` (:func:`agentenvs.agents.task_sample.sample_tasks`). ``seeding``: ``"episode"`` (the
-    default) draws each reply with its own seed (:func:`agentenvs.agents.rollout.episode_seed` of ``seed``,
-    the episode and its turn), so an episode samples the same replies whatever shares its batch,
-    ``max_active``, or whether the run was interrupted and resumed (with a backend whose rows are
-    batch-independent, as the transformers backend's bfloat16 paths and the embedded agent
-    are); ``"call"``: one seed per generation call (``seed + call number``, the behaviour before
-    ``seeding`` existed, which a resumed run could not repeat).
+    ``task_seed`` (:func:`agentenvs.agents.task_sample.sample_tasks`). Each reply is drawn with its
+    own seed (:func:`agentenvs.agents.rollout.episode_seed` of ``seed``, the episode and its turn),
+    so an episode samples the same replies whatever shares its batch, ``max_active``, or whether
+    the run was interrupted and resumed (with a backend whose rows are batch-independent, as the
+    transformers backend's bfloat16 paths and the embedded agent are).
     """
 
     env_id: str
@@ -96,7 +85,6 @@ class EvalSettings:
     top_p: float | None = None
     max_new_tokens: int | None = None
     seed: int | None = 0
-    seeding: str = "episode"
     workers: int | str = 0
     max_active: int = 64
     agent_options: dict[str, Any] = field(default_factory=dict)
@@ -109,8 +97,6 @@ class EvalSettings:
         from agentenvs.agents.protocols import default_protocol, env_protocol
 
         self.n = self.n if self.n is not None else self.k
-        if self.seeding not in SEEDINGS:
-            raise ValueError(f"seeding is one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         if self.k < 1 or self.n < self.k:
             raise ValueError(f"need 1 <= k <= n, got k={self.k}, n={self.n}")
         if self.protocol is None:
@@ -147,7 +133,7 @@ def evaluate(
 ) -> EvalResult:
     """Run (or resume) an evaluation and write its tables and plot; see the module docstring.
     ``skip_invalid``: resume past trajectory lines that fail validation (left in the file)
-    instead of stopping at the first (:func:`agentenvs.benchmarks.eval_resume.load_finished`)."""
+    instead of stopping at the first (:func:`load_finished`)."""
     from agentenvs.agents.policy import SamplingParams
     from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
@@ -176,7 +162,7 @@ def evaluate(
         max_active=settings.max_active,
         workers=settings.workers,
         protocol=settings.protocol,
-        episode_seeds=settings.seeding == "episode",
+        episode_seeds=True,
     )
     bar = RunProgress(
         len(tasks) * settings.n,
@@ -219,6 +205,121 @@ def _ordered(done: dict[tuple, Any], tasks: Sequence[str]) -> list[Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# Resuming: the run file, the finished episodes on disk, what an interrupted run prints
+
+TRAJECTORIES = "trajectories.jsonl"
+RESUME_KEYS = (
+    "env_id",
+    "agent",
+    "split",
+    "protocol",
+    "n",
+    "history",
+    "max_turns",
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "seed",
+    "seeding",
+)
+# what a run file written before a key existed meant by it: runs recorded before "seeding"
+# drew one seed per generation call, which this eval no longer does (they cannot resume)
+_RECORDED_BEFORE = {"seeding": "call"}
+SEEDING = "episode"  # each reply drawn with a seed of its episode and turn (recorded in run.json)
+
+
+class EvalSettingsError(ValueError):
+    """Resuming a run with settings that differ from the recorded ones."""
+
+
+def check_run_file(
+    out: Path, settings: Any, fresh: bool, meta: dict[str, Any] | None = None
+) -> None:
+    """Write ``out/run.json`` for ``settings`` (an :class:`EvalSettings`), first refusing a recorded run with other :data:`RESUME_KEYS` (``fresh``: discard it)."""
+    run_file = out / "run.json"
+    record = {k: v for k, v in asdict(settings).items() if k != "agent_options"}
+    record.update(seeding=SEEDING, **(meta or {}))
+    if fresh:
+        for name in (TRAJECTORIES, "run.json"):
+            (out / name).unlink(missing_ok=True)
+    elif run_file.exists():
+        previous = json.loads(run_file.read_text())
+        recorded = {k: previous.get(k, _RECORDED_BEFORE.get(k)) for k in RESUME_KEYS}
+        differing = {
+            k: (recorded[k], record.get(k)) for k in RESUME_KEYS if recorded[k] != record.get(k)
+        }
+        if differing:
+            raise EvalSettingsError(
+                f"{out} holds a run with other settings {differing} (recorded, now); use the same "
+                "settings to resume it, another --out, or --fresh to start over"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def record_backend(out: Path, backend: dict[str, Any]) -> None:
+    """Add what the backend reported (dtype, log-probs returned or not, ...) to ``run.json``."""
+    run_file = out / "run.json"
+    if backend and run_file.exists():
+        record = json.loads(run_file.read_text())
+        record["backend"] = backend
+        run_file.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def load_finished(
+    path: Path, tasks: set[str], skip_invalid: bool = False
+) -> tuple[dict[tuple, Any], list[str]]:
+    """The finished episodes already in ``path`` (of the planned tasks), first copy of each.
+
+    Only a final line cut short by a kill is dropped (reported, and cut off the file so that new
+    lines follow a complete one); any other invalid line stops the run with its file and line,
+    the file untouched, unless ``skip_invalid`` (then it is reported and stays in the file)."""
+    from agentenvs.agents.trajectory import drop_truncated_tail, read_trajectories
+
+    if not path.exists():
+        return {}, []
+    errors: list[str] = []
+    kept = list(
+        read_trajectories(path, skip_invalid=skip_invalid, errors=errors, allow_truncated_tail=True)
+    )
+    dropped = drop_truncated_tail(path)  # the file is valid up to its tail: safe to append
+    for message in errors:
+        if not message.endswith("(a truncated final line)"):
+            print(f"skipped an invalid line (left in the file): {message}", file=sys.stderr)
+    if dropped:
+        print(dropped, file=sys.stderr)
+    done: dict[tuple, Any] = {}
+    for traj in kept:
+        if traj.task_id in tasks:
+            done.setdefault(traj.episode_key, traj)
+    return done, errors
+
+
+def resume_command(argv: Sequence[str], out: Path) -> str:
+    """The command line that resumes the run of ``argv`` (``--fresh`` dropped, ``--out`` set)."""
+    args = [a for a in argv if a != "--fresh"]
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args += ["--out", str(out)]
+    return shlex.join(["agentenvs", "eval", *args])
+
+
+def stopped_message(argv: Sequence[str], out: Path) -> str:
+    """How many episodes are on disk in ``out`` and the command that resumes the run."""
+    from agentenvs.agents.trajectory import read_trajectories
+
+    path = Path(out) / TRAJECTORIES
+    count = 0
+    if path.exists():
+        count = sum(
+            1 for _ in read_trajectories(path, skip_invalid=True, allow_truncated_tail=True)
+        )
+    return (
+        f"{count} finished episodes are on disk in {path}; resume with:\n  "
+        f"{resume_command(argv, Path(out))}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # Tables and plot
 
 
@@ -254,7 +355,7 @@ def run_metadata(settings: EvalSettings, meta: dict[str, Any] | None = None) -> 
         "limit": settings.limit,
         "task_seed": settings.task_seed,
         "seed": settings.seed,
-        "seeding": settings.seeding,
+        "seeding": SEEDING,
         **(meta or {}),
     }
 
@@ -393,14 +494,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
-        "--seeding",
-        choices=SEEDINGS,
-        default="episode",
-        help="episode (default): a seed per episode and turn, so a resumed run or another "
-        "--max-active samples the same replies; call: one seed per generation call (runs "
-        "recorded before this option)",
-    )
-    parser.add_argument(
         "--env-workers",
         "--workers",
         dest="workers",
@@ -488,7 +581,6 @@ def main(argv: list[str] | None = None) -> int:
             top_p=args.top_p,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
-            seeding=args.seeding,
             workers=env_workers_spec(args.workers, args.ray_address),
             max_active=args.max_active,
             agent_options=dict(args.agent_opt),

@@ -21,12 +21,10 @@ import time
 
 import pytest
 
-from agentenvs.agents.envpool import InProcessEnvs, ProcessPoolEnvs, make_env_runner
 from agentenvs.agents.envworkers import (
     EnvWorkerError,
     EnvWorkersSpec,
     EnvWorkersSpecError,
-    InProcessPool,
     ProcessPool,
     make_env_pool,
     parse_env_workers,
@@ -158,15 +156,6 @@ def test_parse_env_workers() -> None:
     for bad in ("threads:2", "process@auto", "ray:0", "-1", "inprocess:2", "ray:x"):
         with pytest.raises(EnvWorkersSpecError, match="Valid forms: inprocess"):
             parse_env_workers(bad)
-
-
-def test_old_envpool_names_still_work() -> None:
-    assert InProcessEnvs is InProcessPool and ProcessPoolEnvs is ProcessPool
-    runner = make_env_runner(TC, 0, ENV_KWARGS)
-    assert isinstance(runner, InProcessPool)
-    observation, info = runner.reset([(0, _tasks(1)[0])])[0]
-    assert "Goal:" in observation and runner.release(0) == []
-    runner.close()
 
 
 def test_ray_is_optional() -> None:
