@@ -6,9 +6,9 @@ padded batch on GPU. Decoding then writes into the same buffers, ``max_new_token
 
 With the CPU engine (``cpu_engine="auto"``) every prompt runs in chunks of at most
 ``MAX_PREFILL_QUERIES`` tokens through the engine's own forward pass
-(:meth:`agentenvs.agents.backends.cpu.engine.CpuEngine.prefill_pass`), and the rows of a batch run *packed*:
-each round's chunks (every row's next one) in one forward pass, end to end with no padding.
-The weights' products then see many rows at once (the decoder's products for 45 tokens took
+(:meth:`agentenvs.agents.backends.cpu.engine.CpuEngine.prefill_pass`), and the rows of a batch
+run *packed*: each round's chunks (every row's next one) in one forward pass, end to end with no
+padding. The weights' products then see many rows at once (the decoder's products for 45 tokens took
 22 ms, for 8 rows of 45 packed 91 ms, two threads), while each row's attention reads its own
 positions only and its keys land where a row-by-row pass would put them. (Left-padded passes
 of similar lengths, the earlier way, padded a first turn's 664 new tokens to 1,004 rows in three

@@ -31,6 +31,11 @@ row's base; :mod:`agentenvs.agents.backends.prefill`). Decoding writes into a ca
 Sampling: ``temperature`` 0 is greedy; otherwise logits / temperature, then nucleus (top-p)
 filtering, then a draw from a ``torch.Generator`` seeded by ``SamplingParams.seed`` (when set).
 Batches larger than ``max_batch_size`` are split.
+
+That is the whole generator with ``cpu_engine="off"`` (the default). With ``cpu_engine="auto"``
+(the embedded agent's) the prefill chunks and decoding steps of a Llama or Qwen3 model on CPU
+run through the CPU engine instead (:mod:`agentenvs.agents.backends.cpu.engine`, one object
+this policy owns; ``docs/cpu-engine.md``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The compiled decoding attention (agents/backends/cpu/kernels.py): close to a float32 pass, a
 row's output the same bits alone, batched, padded, split at a shared prefix or not, at any
 thread count, on AMX tiles and on the vector path; the compiled prefill attention; the
-backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
+engine's kernel attention in the backend, and its fallback without a compiler."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def _prefill_reference(query, keys, values, layout, scale):
 
 
 def test_prefill_kernel_matches_float32_whatever_the_cut_or_company() -> None:
-    """Chunks end to end in one sequence (``prefill_rows``' 6-number entries): each within the
+    """Chunks end to end in one sequence (``rows_attention``'s 6-number entries): each within the
     bfloat16 output's rounding of a float32 pass, and a query's result the same bits in a chunk
     alone, with other chunks, or with its prompt cut elsewhere."""
     if not cpu_kernels.tiles_available():

@@ -125,7 +125,8 @@ def rows_attention(
     ``row``, ``end``): the chunk's queries are positions ``[end - new, end)`` of query row
     ``row`` (several chunks end to end in one sequence). Causal among the new tokens, every
     earlier position visible. ``kernel``: the compiled kernel's
-    (:func:`agentenvs.agents.backends.cpu.kernels.prefill_attention`) where it applies. Per row, ``bmm(q, k^T)`` rounded to the model
+    (:func:`agentenvs.agents.backends.cpu.kernels.prefill_attention`) where it applies. Per row,
+    ``bmm(q, k^T)`` rounded to the model
     dtype, the causal triangle over the new tokens, a float32 softmax and ``bmm(p, v)``, on that
     row's own positions only (so a row's result does not depend on the batch's other rows)."""
     import torch

@@ -1,60 +1,18 @@
-"""Decoding steps' weight matrix products with 4-bit weights on CPU (the CPU engine's
-4-bit copies, :class:`Int4Weights`).
+"""The CPU engine's 4-bit decoder weights for decoding steps (:class:`Int4Weights`, kept outside
+the model).
 
-Why (SmolLM2-135M, bfloat16, one thread, 8 rows of about 1,100 cached tokens): a decoding step
-is memory-bound. It reads every weight once (212 MB of linear layers, 57 MB of the tied
-embedding used as the LM head) and the rows' keys and values (about 200 MB) at the 12-13 GB/s one
-core gets here; the weights' products took about 22 ms of a 50 ms step. PyTorch's CPU kernel for
-4-bit groupwise weights (``aten._weight_int4pack_mm_for_cpu``, bfloat16 activations) reads a
-quarter of the bytes: 60 linear layers of 1536 x 576 took 5.8 ms against 8.7 ms for bfloat16
-``linear`` at 8 rows (2.5 vs 7.7 ms at one row), measured in one process. For many rows
-(prefill) it is slower than oneDNN's bfloat16 GEMM (717 vs 291 ms at 1,000 rows), so calls with
-more than ``max_rows`` rows, and every call outside a decoding step (prefill), keep the
-module's own bfloat16 weight.
-
-Exactness: the embedded model *is* 4-bit. Every linear layer of its GGUF file is Q4_1 (blocks of
-32 along the input dimension, ``w = d * q + m``, ``q`` in 0..15, the block's minimum and maximum
-at ``q = 0`` and ``q = 15``), and the converted directory stores those values in float32. The
-groups here are the same 32-wide blocks with the same min/max rule, so ``q`` is recovered
-exactly; what is rounded is the kernel's per-group scale and zero (bfloat16: the kernel takes
-them in the activations' dtype). For any other float model the same code is a lossy 4-bit
-quantization; :func:`install` returns the largest relative reconstruction error so a caller
-can see which case it is.
-
-A float32 model (the embedded one on a CPU without native bfloat16, where oneDNN's bfloat16
-GEMM runs at about 13 GFLOP/s against float32's 95) gets the copies too where the compiled
-kernel has integer dot products (AVX2 or AVX-512 VNNI): float32 rows in, float32 sums out, the
-same activation scheme; its prefill keeps the float32 weights. Measured on the AVX2-only 2-core
-machine of December 2026 (two threads): 576 -> 1536 at one row 0.06 against 0.11 ms for float32
-``linear``, at 8 rows 0.26 against 0.50 ms; the 8-bit LM head (49,152 x 576) 2.4 against 14.7 ms
-at one row and 11.2 against 43.6 ms at 8.
-
-Two kernels take the 4-bit copies: the compiled one of :mod:`agentenvs.agents.backends.cpu.kernels`
-(the engine's, where it builds and the layer's output count is a multiple of 64;
-integer dot products, the scales kept in float32) and torch's (``EngineSettings(decode_weights=
-"int4_torch")``,
-or where the compiled one is not available; :class:`Int4Report` says which ran). The q, k and v
-projections of a layer, and the MLP's gate and up projections, also get one fused copy each
-(:data:`FUSED`) for :mod:`agentenvs.agents.backends.cpu.decode_step`'s lean steps: one product instead of
-three or two, the same bits per column.
-
-Each row's output comes from its own products (a row's tokens do not depend on the batch's other
-rows, bit for bit: the tests check it).
-
-The calls that keep the bfloat16 weight run it in products of fixed row counts
-(:func:`row_blocked_mm`): a prefill's in products of :data:`PREFILL_ROWS` (64 to 128 rows, a
-shorter call padded with zeros to 64), a decoding step of more than ``max_rows`` rows in
-products of exactly :data:`ROW_BLOCK` (32). On a CPU with AMX (Sapphire Rapids, the 2-core
-machine of December 2026), oneDNN's bfloat16 GEMM picks its kernel by the call's row count, and
-the kernels round a row differently: a prompt prefilled alone and the same prompt packed with
-other rows got first-token log-probs up to 0.16 apart, and a batched rollout and the same
-episodes one at a time shared 19% of their sampled replies (100% with the blocks). Measured
-there for the four layer shapes (576 -> 1536, 576, 192 and 1536 -> 576), one and two threads,
-rows at varied offsets: every call of 37-191 rows gives each row the same bits wherever it sits
-(one kernel; two threads, wider with one), and so does every call of exactly 32 rows (another);
-other counts mix the two, and above 191-700 rows (by shape) a third. A decoder layer's four
-products cost 20 us a row in 32-row calls, 12 in 64-row and 8 in 128-row ones (two threads);
-they were about a third of a batched turn's short prefill (8 rows of 45 tokens, profiled).
+A decoding step is memory-bound: it reads every weight once. A 4-bit groupwise copy of each
+decoder linear weight (groups of 32 along the input, GGUF Q4_1's min/max rule, so the embedded
+model's own Q4_1 values are recovered exactly; a lossy quantization for other models, whose
+largest error :class:`Int4Report` gives) reads a quarter of the bytes. Calls of at most
+``max_rows`` rows take the copy, in the compiled kernel (:mod:`agentenvs.agents.backends.cpu.
+kernels`, integer dot products) or torch's ``_weight_int4pack_mm_for_cpu``; the q, k and v
+projections, and the MLP's gate and up projections, also get one fused copy each
+(:data:`FUSED`); the LM head an 8-bit copy (Q8_0, float32 logits). Prefill and larger calls
+keep the module's weight, in products of fixed row counts (:func:`row_blocked_mm`: on CPUs with
+AMX, oneDNN's GEMM rounds a row differently by the call's row count). Each row's output comes
+from its own products, so a row's tokens do not depend on the batch (the tests check it).
+Measurements: ``docs/cpu-engine.md``.
 """
 
 from __future__ import annotations
@@ -130,8 +88,9 @@ def quantize_groups(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any
     return q.view(n, k).to(torch.int32), scales_zeros.to(torch.float32), float(error)
 
 
-# Fused copies for lean decoding steps (agentenvs.agents.backends.cpu.decode_step): one product instead of
-# several sharing an input; a column's result does not depend on which columns share the call.
+# Fused copies for decoding steps (agentenvs.agents.backends.cpu.decode_step): one product
+# instead of several sharing an input; a column's result does not depend on which columns share
+# the call.
 FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
 
 
@@ -280,10 +239,9 @@ def install_for(
 ) -> Int4Weights | None:
     """:func:`install` when it applies, else None: the kernel exists and the model is on CPU,
     in bfloat16, or in float32 with the compiled kernel's integer dot products (``compiled``
-    on a CPU with AVX2 or AVX-512 VNNI, :func:`agentenvs.agents.backends.cpu.kernels.int_dot_path`: at
-    one row 0.06 against 0.11 ms for float32 ``linear`` of 576 -> 1536, the 8-bit LM head 2.4
-    against 14.7 ms, on the AVX2-only 2-core machine of December 2026; the kernel's plain
-    float32 sums are several times slower than ``linear``). ``source``: the model's
+    on a CPU with AVX2 or AVX-512 VNNI, :func:`agentenvs.agents.backends.cpu.kernels.
+    int_dot_path`; the kernel's plain float32 sums are several times slower than ``linear``).
+    ``source``: the model's
     directory, whose float32 weights are quantized when it has them."""
     import torch
     from agentenvs.agents.backends.cpu import kernels as cpu_kernels
