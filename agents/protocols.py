@@ -30,8 +30,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from agentenvs.agents.prompts.alfworld import ALFWORLD_INVALID_ACTION
+from agentenvs.agents.prompts.babyai import BABYAI_INVALID_ACTION
+from agentenvs.agents.prompts.textcraft import TEXTCRAFT_INVALID_ACTION
 from agentenvs.core import did_you_mean
-from agentenvs.agents import prompt_templates as T
 
 __all__ = [
     "DEFAULT_PROTOCOLS",
@@ -42,6 +44,7 @@ __all__ = [
     "Sampling",
     "UnknownProtocolError",
     "default_protocol",
+    "resolve_protocol",
     "env_protocol",
     "get_protocol",
     "protocols_markdown",
@@ -184,7 +187,7 @@ _PREFIX_GRPO = Protocol(
             admissible="none",
             parser="think_brackets",
             unparseable="feedback",
-            invalid_feedback=T.TEXTCRAFT_INVALID_ACTION,
+            invalid_feedback=TEXTCRAFT_INVALID_ACTION,
             max_turns={"eval": 30, "train": 30},
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 512), "train": Sampling(1.0, 1.0, 512)},
@@ -217,7 +220,7 @@ _PREFIX_GRPO = Protocol(
             admissible="observation",
             parser="agentgym-babyai",
             unparseable="feedback",
-            invalid_feedback=T.BABYAI_INVALID_ACTION,
+            invalid_feedback=BABYAI_INVALID_ACTION,
             max_turns={"eval": 30, "train": 20},
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 2048), "train": Sampling(1.0, 1.0, 512)},
@@ -249,7 +252,7 @@ _PREFIX_GRPO = Protocol(
             admissible="appended",
             parser="agentgym-alfworld",
             unparseable="feedback",
-            invalid_feedback=T.ALFWORLD_INVALID_ACTION,
+            invalid_feedback=ALFWORLD_INVALID_ACTION,
             max_turns={"eval": 50, "train": 20},
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 512), "train": Sampling(1.0, 0.95, 384)},
@@ -431,6 +434,17 @@ def default_protocol(env_id: str) -> str:
         raise UnknownProtocolError(
             f"no protocol is defined for {env_id!r}; protocols cover {sorted(DEFAULT_PROTOCOLS)}"
         )
+    return name
+
+
+def resolve_protocol(env_id: str, protocol: str | None) -> str | None:
+    """The protocol a run of ``env_id`` plays: ``"default"`` is the environment's default (None
+    for an environment without one), None is none, a name is checked (an unknown one, or one
+    without a setup for ``env_id``, is an error listing the valid ones). The one place that
+    resolves ``"default"``."""
+    name = DEFAULT_PROTOCOLS.get(env_id) if protocol == "default" else protocol
+    if name is not None:
+        get_protocol(name).for_env(env_id)
     return name
 
 

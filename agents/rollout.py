@@ -29,7 +29,8 @@ ends the episode, or that raises, ends the episode with ``error`` ("replay faile
 
 A benchmark protocol (``RolloutConfig.protocol``, :mod:`agentenvs.agents.protocols`) chooses the prompt,
 the parser, what an unparseable reply does and the environment's variant keywords
-(:class:`agentenvs.agents.protocol_rules.ProtocolRules`, which the TRL and verl integrations use too): with
+(:class:`agentenvs.agents.protocol_rules.ProtocolRules`, resolved once per run; each episode is
+an :class:`agentenvs.agents.episode.Episode`, the stepper the TRL and verl integrations use too): with
 ``unparseable="feedback"`` (Prefix-GRPO's) as above, with its feedback text; with ``"project"``
 (verl-agent's) the parser's projection of every reply is stepped, and a reply that broke the
 format is recorded ``valid = False`` with ``info["format_error"]`` (the raw reply is the step's
@@ -54,12 +55,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.agents.envworkers import EnvFailure, EnvWorkerPool, make_env_pool
-from agentenvs.agents.parsing import ParseResult
+from agentenvs.agents.episode import Episode
 from agentenvs.agents.policy import Completion, Policy, SamplingParams
-from agentenvs.agents.prompts import Conversation, EnvPrompt
+from agentenvs.agents.prompts import EnvPrompt
 from agentenvs.agents.protocol_rules import ProtocolRules
 from agentenvs.agents.protocols import get_protocol
-from agentenvs.agents.trajectory import StepRecord, Trajectory
+from agentenvs.agents.trajectory import Trajectory
 
 __all__ = [
     "EpisodeSpec",
@@ -70,9 +71,6 @@ __all__ = [
     "plan_episodes",
     "run_rollouts",
 ]
-
-_INFO_KEYS = ("turn", "won")
-
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -213,20 +211,13 @@ def plan_episodes(task_ids: Sequence[str], samples: int) -> list[EpisodeSpec]:
 
 
 class _Episode:
-    """The state of one episode in flight."""
+    """One episode in flight: its spec, its slot in the pool and its :class:`Episode`."""
 
-    def __init__(self, spec: EpisodeSpec, slot: int, conversation: Conversation) -> None:
+    def __init__(self, spec: EpisodeSpec, slot: int, episode: Episode) -> None:
         self.spec = spec
         self.slot = slot
-        self.conversation = conversation
-        self.steps: list[StepRecord] = []
+        self.episode = episode
         self.family = ""
-        self.observation = ""
-        self.info: dict[str, Any] = {}
-        self.total_reward = 0.0
-        self.won = False
-        self.terminated = False
-        self.truncated = False
         self.error: str | None = None
         self.done = False
 
@@ -237,7 +228,7 @@ class _Episode:
     @property
     def turns_used(self) -> int:
         """Replies counted against ``max_turns``: the prefix's and the generated ones."""
-        return self.spec.turns_before + len(self.steps)
+        return self.spec.turns_before + len(self.episode.steps)
 
 
 def make_rollout_pool(
@@ -287,8 +278,8 @@ def run_rollouts(
         "episode_seeds": config.episode_seeds,
         "reply_format": rules.prompt.reply_format.value,
         "prompt": rules.prompt_name,
-        "parser": rules.setup.parser if rules.setup else None,
-        "unparseable": rules.setup.unparseable if rules.setup else "feedback",
+        "parser": rules.parser_name,
+        "unparseable": rules.unparseable,
         "env_kwargs": {k: v for k, v in env_kwargs.items() if k != "max_turns"},
     }
     variant = _variant(env_id, env_kwargs)
@@ -312,10 +303,8 @@ def run_rollouts(
             starting = []
             while pending and free_slots:
                 spec = pending.popleft()
-                conversation = Conversation(
-                    env_id, rules.history(config.history), rules.prompt_name
-                )
-                starting.append(_Episode(spec, free_slots.pop(), conversation))
+                episode = Episode(rules, config.history)
+                starting.append(_Episode(spec, free_slots.pop(), episode))
             for ep in _start(runner, starting):
                 if ep.done:
                     finish(ep)
@@ -326,7 +315,7 @@ def run_rollouts(
             completions = _generate(policy, runner, active, config, stats)
             if policy.acts_from_state:
                 completions = [rules.reformat(c) for c in completions]
-            _apply(rules, runner, active, completions, max_turns)
+            _apply(runner, active, completions, max_turns)
             stats.turns += len(active)
             for ep in [ep for ep in active if ep.done]:
                 finish(ep)
@@ -379,12 +368,12 @@ def _start(runner: EnvWorkerPool, starting: list[_Episode]) -> list[_Episode]:
             ep.error = f"{'replay' if spec.is_cut_start else 'reset'} failed: {result.error}"
             ep.done = True
             continue
-        ep.observation, ep.info = result
-        ep.family = str(ep.info.get("family", ""))
+        observation, info = result
+        ep.family = str(info.get("family", ""))
         if spec.start_messages is not None:
-            ep.conversation.resume(spec.start_messages, ep.observation)
+            ep.episode.resume(spec.start_messages, observation, info)
         else:
-            ep.conversation.start(ep.observation, ep.info)
+            ep.episode.start(observation, info)
     return starting
 
 
@@ -414,7 +403,7 @@ def _generate(
             for c in completions
         ]
     else:
-        prompts = [ep.conversation.prompt() for ep in active]
+        prompts = [ep.episode.prompt() for ep in active]
         keys = [ep.key for ep in active]
         if sampling.seed is not None and config.episode_seeds:
             seeds = [episode_seed(sampling.seed, ep.key, ep.turns_used) for ep in active]
@@ -434,106 +423,42 @@ def _generate(
 
 
 def _apply(
-    rules: ProtocolRules,
     runner: Any,
     active: list[_Episode],
     completions: list[Completion],
     max_turns: int,
 ) -> None:
-    """Parse every reply; step the environments of the parseable (or projected) ones in one
-    batch."""
-    to_step: list[tuple[_Episode, ParseResult, Completion]] = []
+    """Take every reply (:meth:`Episode.reply`); step the environments of the parseable (or
+    projected) ones in one batch."""
+    to_step: list[tuple[_Episode, str]] = []
     for ep, completion in zip(active, completions, strict=True):
         if completion.error is not None:
             ep.error = completion.error
             ep.done = True
             continue
-        parsed = rules.parse(completion.text)
-        ep.conversation.add_reply(completion.text, parsed.action)
-        if parsed.action is None:
-            feedback = rules.feedback(parsed.error)
-            ep.steps.append(
-                _record(
-                    ep.observation,
-                    None,
-                    feedback,
-                    0.0,
-                    False,
-                    {},
-                    completion,
-                    {"format_error": parsed.error},
-                )
-            )
-            ep.conversation.add_format_error(feedback, ep.info)
-        else:
-            to_step.append((ep, parsed, completion))
-    items = [(ep.slot, parsed.action) for ep, parsed, _ in to_step]
-    results = runner.step(items) if to_step else []
-    for (ep, parsed, completion), result in zip(to_step, results, strict=True):
+        action = ep.episode.reply(completion)
+        if action is not None:
+            to_step.append((ep, action))
+    results = runner.step([(ep.slot, action) for ep, action in to_step]) if to_step else []
+    for (ep, _), result in zip(to_step, results, strict=True):
         if isinstance(result, EnvFailure):
             ep.error = f"step failed: {result.error}"
             ep.done = True
             continue
-        observation, reward, terminated, truncated, info = result
-        extra = {k: info[k] for k in _INFO_KEYS if k in info}
-        if parsed.error is not None:  # a projected reply: stepped, but it broke the format
-            extra["format_error"] = parsed.error
-        ep.steps.append(
-            _record(
-                ep.observation,
-                parsed.action,
-                observation,
-                reward,
-                bool(info.get("valid", True)) and parsed.error is None,
-                dict(info.get("fields") or {}),
-                completion,
-                extra,
-            )
-        )
-        ep.total_reward += float(reward)
-        ep.won = ep.won or bool(info.get("won", False))
-        ep.terminated, ep.truncated = bool(terminated), bool(truncated)
-        ep.observation, ep.info = observation, info
-        ep.conversation.add_observation(observation, info)
+        ep.episode.observe(*result)
     for ep in active:
         if ep.done:
             continue
-        if ep.terminated or ep.truncated:
+        if ep.episode.terminated or ep.episode.truncated:
             ep.done = True
         elif ep.turns_used >= max_turns:
-            ep.truncated = ep.done = True
-
-
-def _record(
-    anchor: str,
-    action: str | None,
-    observation: str,
-    reward: float,
-    valid: bool,
-    fields: dict[str, Any],
-    completion: Completion,
-    info: dict[str, Any],
-) -> StepRecord:
-    if completion.finish_reason:
-        info = {**info, "finish_reason": completion.finish_reason}
-    return StepRecord(
-        anchor=anchor,
-        action=action,
-        observation=observation,
-        reward=float(reward),
-        valid=valid,
-        fields=fields,
-        completion=completion.text,
-        token_ids=completion.token_ids,
-        logprobs=completion.logprobs,
-        info=info,
-    )
+            ep.episode.truncated = ep.done = True
 
 
 def _episode_metadata(ep: _Episode, notes: list[str]) -> dict[str, Any]:
     """The trajectory metadata of one episode: its history window, its spec's metadata, its
     prefix turns (cut starts) and the environment-worker failures it survived (if any)."""
-    out: dict[str, Any] = {"history": ep.conversation.history, **ep.spec.metadata}
+    out: dict[str, Any] = {"history": ep.episode.conversation.history, **ep.spec.metadata}
     if ep.spec.is_cut_start:
         out["prefix_turns"] = ep.spec.turns_before
     if notes:
@@ -549,13 +474,13 @@ def _trajectory(env_id: str, agent: str, ep: _Episode, metadata: dict[str, Any])
         group_id=ep.spec.group_id,
         sample_index=ep.spec.sample_index,
         agent=agent,
-        messages=list(ep.conversation.messages),
-        steps=ep.steps,
-        total_reward=ep.total_reward,
-        won=ep.won,
-        turns=len(ep.steps),
-        terminated=ep.terminated,
-        truncated=ep.truncated,
+        messages=list(ep.episode.conversation.messages),
+        steps=ep.episode.steps,
+        total_reward=ep.episode.total_reward,
+        won=ep.episode.won,
+        turns=len(ep.episode.steps),
+        terminated=ep.episode.terminated,
+        truncated=ep.episode.truncated,
         error=ep.error,
         metadata=metadata,
     )

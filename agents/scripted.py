@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agentenvs.agents.experts.base import Expert, ExpertFailure, make_expert
 from agentenvs.agents.policy import Completion, PolicyError, StatePolicy
 from agentenvs.agents.prompts import format_reply
+from agentenvs.expert import Expert, ExpertFailure, make_expert
 
 if TYPE_CHECKING:
     from agentenvs.core import TextEnv
@@ -32,7 +32,7 @@ _PLACEHOLDER = re.compile(r"<[^<>]*>")
 
 
 class ExpertPolicy(StatePolicy):
-    """The environment's scripted teacher (one :class:`~agentenvs.agents.experts.base.Expert` per episode)."""
+    """The environment's scripted teacher (one :class:`~agentenvs.expert.Expert` per episode)."""
 
     def __init__(self, spec: str = "expert") -> None:
         super().__init__(spec)

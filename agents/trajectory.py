@@ -1,12 +1,13 @@
 """Trajectory records and their JSONL files.
 
-One episode is one JSON line (DESIGN.md, "Agents"): the schema version, which environment, task,
-group and sample it was, which agent played it, the full message list, a record per step, the
+One episode is one JSON line (docs/architecture.md, "Trajectories"): the schema version, which
+environment, task, group and sample it was, which agent played it, the full message list, a record per step, the
 outcome, and, for LLM policies, the token ids and log-probs of every generated turn.
 
-Schema versions: 2 adds ``protocol`` (the benchmark protocol's name, :mod:`agentenvs.agents.protocols`;
-None: none) and ``variant`` (the environment's outcome-changing settings, ``env.variant``);
-version 1 files still read, with both None ("not recorded").
+Schema versions: 2 adds ``protocol`` (the benchmark protocol's name,
+:mod:`agentenvs.agents.protocols`; None: none) and ``variant`` (the environment's outcome-changing
+settings, ``env.variant``). Only version 2 is read: a line of another version is an error that
+says which agentenvs wrote it.
 
 Files are append-only JSONL; :func:`append_trajectory` writes and flushes one line at a time, so
 an interrupted run loses nothing it finished. :func:`read_trajectories` validates every line and
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "READABLE_SCHEMA_VERSIONS",
     "TRAJECTORY_SCHEMA_VERSION",
     "StepRecord",
     "Trajectory",
@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 TRAJECTORY_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# Who wrote the versions this one replaced (named in the error a line of that version gets).
+_WRITTEN_BY = {1: "agentenvs 0.1.0 before benchmark protocols were recorded (commit cc338a5)"}
 
 
 class TrajectoryFormatError(ValueError):
@@ -84,8 +85,8 @@ class Trajectory:
     ``group_id`` names the group of k samples of one task (same value for all of them);
     ``sample_index`` is this sample's index in the group. ``error`` is set when the episode
     stopped on an environment or backend error (its steps up to then are kept). ``protocol``:
-    the benchmark protocol the episode was played under (None: none, or a version-1 record);
-    ``variant``: the environment's ``variant`` (None: not recorded, a version-1 record).
+    the benchmark protocol the episode was played under (None: none); ``variant``: the
+    environment's ``variant``.
     """
 
     env_id: str
@@ -128,10 +129,11 @@ class Trajectory:
         if not isinstance(data, dict):
             raise TrajectoryFormatError(f"a trajectory is a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
-        if version not in READABLE_SCHEMA_VERSIONS:
+        if version != TRAJECTORY_SCHEMA_VERSION:
+            writer = _WRITTEN_BY.get(version, "another agentenvs")  # type: ignore[arg-type]
             raise TrajectoryFormatError(
-                f"schema_version {version!r} is not one of {READABLE_SCHEMA_VERSIONS} (this "
-                "agentenvs reads those)"
+                f"schema_version {version!r} (written by {writer}); this agentenvs reads "
+                f"schema_version {TRAJECTORY_SCHEMA_VERSION} only: play the episodes again"
             )
         required = ("env_id", "task_id", "family", "group_id", "sample_index", "agent")
         missing = [k for k in required if k not in data]

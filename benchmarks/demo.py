@@ -8,7 +8,7 @@ that land later are picked up) that can be made here (an optional extra may be m
 skipped with the error naming the extra), it evaluates
 
 * ``expert`` (one sample a task; where the environment has an expert in
-  ``agentenvs.agents.experts.EXPERTS``), and
+  ``agentenvs.expert.EXPERTS``), and
 * ``random`` (``k`` samples a task, fewer where :data:`DEMO_RANDOM_SAMPLES` says: a uniformly
   random admissible or well-formed action),
 
@@ -102,7 +102,7 @@ def run_demo(
     progress: bool = True,
 ) -> list[DemoRow]:
     """Evaluate the expert and the random agent on each environment; print and return the rows."""
-    from agentenvs.agents.experts.base import EXPERTS
+    from agentenvs.expert import EXPERTS
 
     envs, skipped = available_envs(env_ids)
     for env_id, why in skipped.items():

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentenvs.textcraft import TextCraftEnv
 from agentenvs.benchmarks.timing import report
+from agentenvs.textcraft import TextCraftEnv
 
 __all__ = [
     "CostlyTextCraft",
@@ -183,7 +183,7 @@ def _total(runs: list[WorkerRun]) -> WorkerRun:
 
 def _measure_one(work: Workload, tasks: list[str], spec: str, cpus: int) -> WorkerRun:
     from agentenvs.agents.envworkers import make_env_pool, parse_env_workers
-    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
     parsed = parse_env_workers(spec)
@@ -272,10 +272,10 @@ def measure_transport(
     """Seconds per rollout turn of TextCraft's random agent (microsecond steps, so this is the
     pools' own cost: one ``act`` and one ``step`` batch over ``episodes`` episodes), best of
     ``rounds`` runs in one warm pool per spec."""
-    from agentenvs.registration import make
     from agentenvs.agents.envworkers import make_env_pool
-    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
+    from agentenvs.registration import make
 
     env = make(FALLBACK)
     tasks = env.task_ids("test")[:episodes]

@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "RESUME_KEYS",
+    "SEEDING",
     "TRAJECTORIES",
     "EvalSettingsError",
     "OnDisk",
@@ -46,8 +47,10 @@ RESUME_KEYS = (
     "seed",
     "seeding",
 )
-# what a run file written before a key existed meant by it
+# what a run file written before a key existed meant by it: runs recorded before "seeding"
+# drew one seed per generation call, which eval no longer does (they cannot resume)
 _RECORDED_BEFORE = {"seeding": "call"}
+SEEDING = "episode"  # each reply drawn with a seed of its episode and turn (recorded in run.json)
 
 
 class EvalSettingsError(ValueError):
@@ -61,7 +64,7 @@ def check_run_file(
     first refusing a recorded run with other :data:`RESUME_KEYS` (``fresh``: discard it)."""
     run_file = out / "run.json"
     record = {k: v for k, v in asdict(settings).items() if k != "agent_options"}
-    record.update(meta or {})
+    record.update(seeding=SEEDING, **(meta or {}))
     if fresh:
         for name in (TRAJECTORIES, "run.json"):
             (out / name).unlink(missing_ok=True)

@@ -16,8 +16,8 @@ sampling; an explicit flag (``--max-turns``, ``--temperature``, ``--top-p``,
 Each finished episode is appended to ``OUT/trajectories.jsonl`` at once; a rerun with the same
 ``--out`` reads that file and plays only the episodes it lacks (a corrupt last line from a killed
 run is dropped; :mod:`agentenvs.benchmarks.eval_resume`), so an interrupted run resumes without repeating
-or losing an episode; each reply is drawn with a seed of its episode and turn (``--seeding
-episode``, the default), so the resumed run samples the replies the unbroken one would have.
+or losing an episode; each reply is drawn with a seed of its episode and turn, so the resumed run samples
+the replies the unbroken one would have (a run recorded before that seeding cannot resume).
 ``OUT/run.json`` records the settings; resuming with different ones is refused (pass ``--fresh``
 to start over); it also names the protocol, every setting the protocol fixed
 (``protocol_settings``), the overrides, the environment's ``variant`` and the chosen task ids.
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.benchmarks.eval_resume import (
+    SEEDING,
     TRAJECTORIES,
     EvalSettingsError,
     check_run_file,
@@ -80,7 +81,6 @@ __all__ = [
 ]
 
 _PROTOCOL_FIELDS = ("max_turns", "history", "temperature", "top_p", "max_new_tokens")
-SEEDINGS = ("episode", "call")
 
 
 @dataclass
@@ -90,13 +90,11 @@ class EvalSettings:
     ``protocol``: a benchmark protocol (None: the environment's default one); the settings
     left at None (or ``history="default"``) take its evaluation values, the others are
     ``overrides``. ``limit``: play a sample of that many tasks across the families, drawn with
-    ``task_seed`` (:func:`agentenvs.agents.task_sample.sample_tasks`). ``seeding``: ``"episode"`` (the
-    default) draws each reply with its own seed (:func:`agentenvs.agents.rollout.episode_seed` of ``seed``,
-    the episode and its turn), so an episode samples the same replies whatever shares its batch,
-    ``max_active``, or whether the run was interrupted and resumed (with a backend whose rows are
-    batch-independent, as the transformers backend's bfloat16 paths and the embedded agent
-    are); ``"call"``: one seed per generation call (``seed + call number``, the behaviour before
-    ``seeding`` existed, which a resumed run could not repeat).
+    ``task_seed`` (:func:`agentenvs.agents.task_sample.sample_tasks`). Each reply is drawn with its
+    own seed (:func:`agentenvs.agents.rollout.episode_seed` of ``seed``, the episode and its turn),
+    so an episode samples the same replies whatever shares its batch, ``max_active``, or whether
+    the run was interrupted and resumed (with a backend whose rows are batch-independent, as the
+    transformers backend's bfloat16 paths and the embedded agent are).
     """
 
     env_id: str
@@ -111,7 +109,6 @@ class EvalSettings:
     top_p: float | None = None
     max_new_tokens: int | None = None
     seed: int | None = 0
-    seeding: str = "episode"
     workers: int | str = 0
     max_active: int = 64
     agent_options: dict[str, Any] = field(default_factory=dict)
@@ -124,8 +121,6 @@ class EvalSettings:
         from agentenvs.agents.protocols import default_protocol, env_protocol
 
         self.n = self.n if self.n is not None else self.k
-        if self.seeding not in SEEDINGS:
-            raise ValueError(f"seeding is one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         if self.k < 1 or self.n < self.k:
             raise ValueError(f"need 1 <= k <= n, got k={self.k}, n={self.n}")
         if self.protocol is None:
@@ -176,7 +171,8 @@ def evaluate(
     ``skip_invalid``: resume past trajectory lines that fail validation (left in the file)
     instead of stopping at the first (:func:`agentenvs.benchmarks.eval_resume.load_finished`)."""
     from agentenvs.registration import make
-    from agentenvs.agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
     from agentenvs.agents.task_sample import sample_tasks
     from agentenvs.agents.trajectory import append_trajectory
@@ -204,7 +200,7 @@ def evaluate(
         max_active=settings.max_active,
         workers=settings.workers,
         protocol=settings.protocol,
-        episode_seeds=settings.seeding == "episode",
+        episode_seeds=True,
     )
     bar = RunProgress(
         len(tasks) * settings.n,
@@ -320,7 +316,7 @@ def run_metadata(settings: EvalSettings, meta: dict[str, Any] | None = None) -> 
         "limit": settings.limit,
         "task_seed": settings.task_seed,
         "seed": settings.seed,
-        "seeding": settings.seeding,
+        "seeding": SEEDING,
         **(meta or {}),
     }
 
@@ -478,14 +474,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
-        "--seeding",
-        choices=SEEDINGS,
-        default="episode",
-        help="episode (default): a seed per episode and turn, so a resumed run or another "
-        "--max-active samples the same replies; call: one seed per generation call (runs "
-        "recorded before this option)",
-    )
-    parser.add_argument(
         "--env-workers",
         "--workers",
         dest="workers",
@@ -573,7 +561,6 @@ def main(argv: list[str] | None = None) -> int:
             top_p=args.top_p,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
-            seeding=args.seeding,
             workers=env_workers_spec(args.workers, args.ray_address),
             max_active=args.max_active,
             agent_options=dict(args.agent_opt),

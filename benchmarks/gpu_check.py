@@ -726,7 +726,7 @@ class _OneRankGroup:
 
         import torch
         from agentenvs.train.distributed import DistContext
-        from agentenvs.train.runtime import pick_device
+        from agentenvs.train.device import pick_device
 
         class OneRankContext(DistContext):
             @property

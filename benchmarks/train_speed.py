@@ -284,7 +284,7 @@ def generate_speed(
     tokens, then the old-log-prob pass over the generated sequences (after a warm-up of each)."""
     import torch
 
-    from agentenvs.train.runtime import autocast_context
+    from agentenvs.train.device import autocast_context
 
     dev = torch.device(device)
     model = _random_model(shape, dev, seed)

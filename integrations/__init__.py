@@ -4,8 +4,9 @@ One subpackage or module per engine, each an optional extra (``pip install -e ".
 ``".[verl]"``; ``make install`` installs both on CPU). This package may import every other
 package of the project; nothing imports it. See ``docs/integrations.md``.
 
-* :mod:`agentenvs.integrations.episode`: one episode played reply by reply with our prompts and parsers
-  (shared by both adapters).
+Both adapters play an episode with :class:`agentenvs.agents.episode.TextEpisode`, the stepper our
+own rollouts use.
+
 * :mod:`agentenvs.integrations.trl`: environments for ``GRPOTrainer(environment_factory=...)``.
 * :mod:`agentenvs.integrations.verl`: our advantage estimators and Prefix-GRPO's loss in verl's
   registries, an agent loop, and the parquet dataset command.

@@ -23,9 +23,9 @@ the chat template's tool-call syntax, and its return value is the tool message; 
 * the episode plays under a benchmark protocol (``protocol``, default: the environment's,
   :data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; None: none): its environment keywords, prompt,
   parser, unparseable-reply handling and training turn limit, as ``agentenvs train rl`` plays
-  it (:class:`agentenvs.integrations.episode.TextEpisode`);
+  it (:class:`agentenvs.agents.episode.TextEpisode`);
 * the model acts with one tool, ``act(action)``; the action goes through the protocol's parser
-  (:meth:`agentenvs.integrations.episode.TextEpisode.act`: the reply format, e.g. ``[[ x ]]``, or a bare
+  (:meth:`agentenvs.agents.episode.TextEpisode.act`: the reply format, e.g. ``[[ x ]]``, or a bare
   ``x``); an unparseable one gets the protocol's feedback (or, under a projecting protocol, its
   projection is stepped) and uses a turn, as in our rollouts;
 * ``act`` returns the environment's next observation (TRL keeps the conversation, so the tool
@@ -47,9 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from agentenvs.agents.episode import TextEpisode, make_env
 from agentenvs.agents.prompts import system_prompt
 from agentenvs.agents.protocol_rules import ProtocolRules
-from agentenvs.integrations.episode import TextEpisode, make_env
 
 __all__ = [
     "EPISODE_OVER",

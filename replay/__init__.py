@@ -1,6 +1,6 @@
 """replay: teacher trajectories -> replay-validated cut-state queries with prefix sidecars.
 
-Prefix-GRPO's data side (papers/prefix-grpo.txt §3.1-3.2, appendix 6.2-6.3):
+Prefix-GRPO's data side (the Prefix-GRPO paper, §3.1-3.2, appendix 6.2-6.3):
 
 * :mod:`agentenvs.replay.cuts` — cut selection (entropy-change, raw-entropy, fixed-ratio; one raw
   no-prefix query per trajectory), on :mod:`agentenvs.replay.scoring`'s teacher-forced entropy;

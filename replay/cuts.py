@@ -1,6 +1,6 @@
 """Cut selection: which assistant turns of a teacher trajectory become cut-state queries.
 
-Prefix-GRPO §3.1 and appendix 6.2.0.1, with REFERENCE.md's exact rules:
+Prefix-GRPO §3.1 and appendix 6.2.0.1, with the exact rules of its public code:
 
 * the SFT model's teacher-forced next-token entropy ``H`` at every assistant token (content
   through ``<|im_end|>``), all assistant turns concatenated in order;

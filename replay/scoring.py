@@ -4,7 +4,7 @@ Two stages need them: cut selection scores a teacher trajectory by the entropy o
 next-token distribution at every assistant token, and the sidecar stores the SFT model's
 log-probability of every token of the canonical prompt's prefix span (the prefix's old policy).
 
-Formulas (REFERENCE.md, "Prefix-GRPO settings"), for the logits ``z`` predicting token ``u``
+Formulas (docs/architecture.md, "Prefix-GRPO settings"), for the logits ``z`` predicting token ``u``
 (i.e. the model's output at position ``u - 1``)::
 
     H_u      = logsumexp(z) - sum_v softmax(z)_v * z_v        (= -sum_v p_v log p_v)

@@ -27,7 +27,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "replay_speed": ("replay validation of teacher prefixes", []),
     "ptgpo_speed": ("PTGPO's prefix-tree advantages against the reference implementation", []),
     "rollout_speed": ("the embedded model's batched rollouts and eval decoding",
-                      ["--embedded", "--eval-speedup", "--threads", "1"]),
+                      ["--embedded", "--engine", "--threads", "1"]),
 }
 
 

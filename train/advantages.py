@@ -27,7 +27,7 @@ Formulas (i an episode of a group of N, t a step, R^(i) = sum_t r_t^(i), eps in 
   (i, t) is every step of the same task group with the same anchor string;
   A_step = G_t - mean_G (``normalize="mean"``, the default) or (G_t - mean_G) / (std_G + eps)
   (``"std"``); A = A_episode + step_weight * A_step, with A_episode normalised the same way.
-- PTGPO (``papers/ptgpo-equations.md``): per anchor-state group a prefix tree over the actions
+- PTGPO (the equations: :mod:`agentenvs.train.reference_advantages`): per anchor-state group a prefix tree over the actions
   that follow; edge credit delta = mean(child) - mean(parent) for nodes with at least
   ``tau_expand`` members and depth below ``max_depth``; normalised by the root group's std;
   A_k^PT = sum over starts t <= k of the normalised credit at depth k - t;
@@ -223,7 +223,7 @@ class GiGPOConfig:
 
 @dataclass(frozen=True)
 class PTGPOConfig:
-    """Settings of ``ptgpo`` (``papers/ptgpo-equations.md``)."""
+    """Settings of ``ptgpo`` (equations: :mod:`agentenvs.train.reference_advantages`)."""
 
     gamma: float = 1.0
     """Discount of the step returns G_t."""

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from agentenvs.train.runtime import autocast_context, pick_device
+from agentenvs.train.device import autocast_context, pick_device
 
 __all__ = [
     "DistContext",

@@ -2,7 +2,7 @@
 
 Every loss returns ``(loss, metrics)``: a scalar tensor to backpropagate and a dict of floats
 with prefixed keys (``actor/clipfrac``, ``rollout/rejected_frac``, ``prefix/kl``). Prefix-GRPO's
-objectives live in :mod:`agentenvs.train.prefix_loss` and are re-exported here.
+objectives build on these in :mod:`agentenvs.train.prefix_loss`.
 
 Shapes: B rows, L response tokens. ``log_prob`` / ``old_log_prob`` / ``advantages`` / ``mask``
 are (B, L); ``log_prob`` carries the gradient, the others are data.
@@ -381,30 +381,3 @@ def overlong_penalty(
 def _check_agg_mode(mode: str) -> None:
     if mode not in AGG_MODES:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose from {list(AGG_MODES)}")
-
-
-# Prefix-GRPO's objectives live in agentenvs.train.prefix_loss (which builds on this module); they are
-# re-exported here lazily (PEP 562) so that either module can be imported first.
-_PREFIX_NAMES = (
-    "PREFIX_ADVANTAGE_MODES",
-    "PrefixBatch",
-    "PrefixConfig",
-    "PrefixSignals",
-    "demo_advantage",
-    "family_lift",
-    "first_token_offsets",
-    "gather_prefix_log_probs",
-    "prefix_advantages",
-    "prefix_grpo_loss",
-    "raw_query_mean_reward",
-    "sequence_log_probs",
-)
-__all__ += list(_PREFIX_NAMES)
-
-
-def __getattr__(name: str) -> object:
-    if name in _PREFIX_NAMES:
-        from agentenvs.train import prefix_loss
-
-        return getattr(prefix_loss, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

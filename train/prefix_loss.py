@@ -1,4 +1,4 @@
-"""Prefix-GRPO's objectives (``papers/prefix-grpo.txt`` section 3.3 and appendix 8.1).
+"""Prefix-GRPO's objectives (the Prefix-GRPO paper, section 3.3 and appendix 8.1).
 
 Two token groups are trained in one update: the continuation (tokens the student generated
 after the replayed cut state, old log-probs from the rollout) and the prefix (the teacher's

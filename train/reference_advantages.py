@@ -1,6 +1,6 @@
 """Plain reference implementations of GiGPO and PTGPO over one group of episodes.
 
-These follow ``papers/ptgpo-equations.md`` line by line with Python lists and dicts, so that a
+These follow the PTGPO paper's equations (written out below) line by line with Python lists and dicts, so that a
 reader can check them against the equations; the registered estimators in
 :mod:`agentenvs.train.advantages` (vectorised over whole batches) are tested against them. They are
 re-exported by :mod:`agentenvs.train.advantages`.
@@ -9,7 +9,7 @@ A group is ``episodes``: a list of N episodes, each a list of ``(anchor, action,
 steps (anchor observation string, parsed action string, reward r_t). Every function returns one
 list per episode with one value per step.
 
-Equations (numbers as in ``ptgpo-equations.md``):
+Equations (the PTGPO paper's, numbered here):
   (1) G_t = sum_{k=t}^{T-1} gamma^(k-t) r_k
   (2) root group G(s) = every step (i, t) of the group whose anchor is s
   (3) node p(s, a_1..a_d) = the members of G(s) whose next d actions are a_1..a_d; the children

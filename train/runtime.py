@@ -1,5 +1,6 @@
-"""What every trainer needs around its update: device and precision, optimizer and schedule,
-checkpoints that resume exactly, metric logs, and the non-finite-loss guard.
+"""What every trainer needs around its update: optimizer and schedule, checkpoints that resume
+exactly, metric logs, and the non-finite-loss guard (the device and precision are
+:mod:`agentenvs.train.device`'s).
 
 Checkpoint layout (``<out>/checkpoints/step-<n>/``): ``model/`` (``save_pretrained`` of the
 model and tokenizer: it reloads with plain transformers), ``optimizer.pt`` (the optimizer state
@@ -28,19 +29,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentenvs.train.distributed import (
+    DistContext,
+    full_model_state,
+    full_optimizer_state,
+    is_sharded,
+    load_optimizer_state,
+)
+
 __all__ = [
     "CHECKPOINT_VERSION",
     "MetricsLogger",
     "NonFiniteLossError",
     "OPTIMIZERS",
     "TrainState",
-    "autocast_context",
     "check_finite",
     "latest_checkpoint",
     "load_checkpoint",
     "make_optimizer",
     "make_scheduler",
-    "pick_device",
     "rng_state",
     "save_checkpoint",
     "seed_everything",
@@ -52,25 +59,6 @@ CHECKPOINT_VERSION = 2
 
 class NonFiniteLossError(RuntimeError):
     """A loss or gradient norm was NaN or infinite; training stopped, the last checkpoint kept."""
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    """``auto``: CUDA when available, else CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def autocast_context(device: torch.device, precision: str = "auto"):
-    """bf16 autocast where the device has it (``auto``/``bf16``), else a no-op context."""
-    use_bf16 = precision == "bf16" or (
-        precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
-    )
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError("precision=bf16 but this GPU has no bf16; use precision=fp32")
-    if use_bf16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return torch.autocast(device_type=device.type, enabled=False)
 
 
 def seed_everything(seed: int) -> None:
@@ -189,8 +177,6 @@ def save_checkpoint(
 
     Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` with several ranks): every
     rank calls it (the full tensors are gathered), rank 0 writes, all wait for it."""
-    from agentenvs.train.distributed import DistContext, full_model_state, full_optimizer_state, is_sharded
-
     ctx = ctx or DistContext()
     root = Path(out_dir) / "checkpoints"
     final = root / f"step-{state.step:07d}"
@@ -252,8 +238,6 @@ def load_checkpoint(
     ``model`` (the one ``optimizer`` steps, sharded or not) is needed for version-2
     checkpoints, whose optimizer state is keyed by parameter name; distributed, every rank calls
     this and rank 0's copy of the optimizer state is broadcast and sharded."""
-    from agentenvs.train.distributed import DistContext, is_sharded, load_optimizer_state
-
     ctx = ctx or DistContext()
     blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
     version = blob.get("version")

@@ -31,6 +31,7 @@ from agentenvs.agents.models import ModelNotFoundError, resolve_model
 from agentenvs.agents.trajectory import Trajectory, read_trajectories
 from agentenvs.replay.tokens import render_chat
 from agentenvs.train.config import config_to_dict, load_config
+from agentenvs.train.device import autocast_context
 from agentenvs.train.distributed import (
     DistContext,
     FSDPSettings,
@@ -43,7 +44,6 @@ from agentenvs.train.logits import logits_at
 from agentenvs.train.runtime import (
     MetricsLogger,
     TrainState,
-    autocast_context,
     check_finite,
     latest_checkpoint,
     load_checkpoint,

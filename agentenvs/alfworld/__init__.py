@@ -5,6 +5,11 @@ split from ``$ALFWORLD_DATA`` when set) and maps task ids to games; ``engine`` d
 PDDL environment with alfworld's wrappers; ``versions`` turns a shipped game into one of the two
 game versions (``alfworld-0.4``, the default, or ``agentgym``: the games as AgentGym serves them,
 alfworld 0.3.3's); ``observation`` reads the text; ``env`` is :class:`ALFWorldEnv`.
+
+Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
+in :mod:`agentenvs.agents.prompts.alfworld`; the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`; the speed benchmark in
+:mod:`agentenvs.benchmarks.speed.alfworld`.
 """
 
 from __future__ import annotations

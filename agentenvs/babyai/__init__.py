@@ -5,6 +5,11 @@ action list and action expansion; ``fields`` the observation parser; ``env`` the
 :class:`BabyAITextEnv` environment. minigrid (the ``babyai`` extra) is imported when the
 environment is made (a missing one is a :class:`~agentenvs.registration.MissingDependencyError`
 naming the extra); this package imports without it.
+
+Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
+in :mod:`agentenvs.agents.prompts.babyai`; the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`; the speed benchmark in
+:mod:`agentenvs.benchmarks.speed.babyai`.
 """
 
 from __future__ import annotations

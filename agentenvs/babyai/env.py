@@ -116,8 +116,6 @@ class BabyAITextEnv(TextEnv):
       change outcomes included (see Episode End; and the no-path message of ``toggle and go
       through`` prints the door-count dict); ``"fixed"`` corrects them. Recorded in
       :attr:`variant`.
-    - ``parity`` (bool | None): the former name, kept: ``True`` is ``rules="agentgym"``,
-      ``False`` is ``rules="fixed"``.
     - ``render_mode`` (str | None): ``"ansi"`` returns the observation.
 
     ## Version History
@@ -135,12 +133,11 @@ class BabyAITextEnv(TextEnv):
         self,
         max_turns: int | None = None,
         render_mode: str | None = None,
-        rules: Rules | None = None,
-        parity: bool | None = None,
+        rules: Rules = "agentgym",
     ) -> None:
         check_dependencies(self.env_id)  # minigrid, at gym.make, naming the extra to install
         super().__init__(max_turns=max_turns, render_mode=render_mode)
-        self.rules: Rules = _resolve_rules(rules, parity)
+        self.rules: Rules = _check_rules(rules)
         self.parity = self.rules == "agentgym"
         self._minigrid_envs: dict[str, Any] = {}
         self._mg: Any = None
@@ -303,16 +300,7 @@ class BabyAITextEnv(TextEnv):
         return available_actions_text(list(self._view.actions))
 
 
-def _resolve_rules(rules: str | None, parity: bool | None) -> Rules:
-    """``rules`` from the keyword or its former name ``parity`` (default ``"agentgym"``)."""
-    from_parity = None if parity is None else ("agentgym" if parity else "fixed")
-    if rules is None:
-        return from_parity or "agentgym"  # type: ignore[return-value]
+def _check_rules(rules: str) -> Rules:
     if rules not in RULES:
         raise ValueError(f"rules must be one of {list(RULES)}, got {rules!r}")
-    if from_parity is not None and from_parity != rules:
-        raise ValueError(
-            f"rules={rules!r} contradicts parity={parity!r} (parity=True is rules='agentgym', "
-            "parity=False is rules='fixed'); pass only rules"
-        )
     return rules  # type: ignore[return-value]

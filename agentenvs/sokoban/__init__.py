@@ -2,6 +2,11 @@
 
 ``generator`` makes rooms (same seed, same room as verl-agent), ``board`` holds the move rule and
 the text rendering, ``env`` is the :class:`SokobanEnv` text environment.
+
+Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
+in :mod:`agentenvs.agents.prompts.sokoban`; the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`; the speed benchmark in
+:mod:`agentenvs.benchmarks.speed.sokoban`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""TextCraft-v0: ADaPT's Minecraft crafting benchmark (AgentGym's indexing), bugs fixed."""
+"""TextCraft-v0: ADaPT's Minecraft crafting benchmark (AgentGym's indexing), bugs fixed.
+
+Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
+in :mod:`agentenvs.agents.prompts.textcraft`; the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`; the speed benchmark in
+:mod:`agentenvs.benchmarks.speed.textcraft`.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,11 @@
 :class:`WebShopEnv` is the environment; :mod:`~agentenvs.webshop.search` reproduces WebShop's
 Lucene ranking in Python, :mod:`~agentenvs.webshop.reward` its purchase reward and
 :mod:`~agentenvs.webshop.catalog` its products, prices and goals.
+
+Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
+in :mod:`agentenvs.agents.prompts.webshop`; the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`; the speed benchmark in
+:mod:`agentenvs.benchmarks.speed.webshop`.
 """
 
 from __future__ import annotations

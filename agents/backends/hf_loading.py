@@ -1,8 +1,8 @@
-"""Loading, padding and sampling helpers of the transformers backend.
+"""Padding and sampling helpers of the transformers backend.
 
-:func:`load_model` loads a tokenizer and causal LM (the model argument resolved by
-:func:`agentenvs.agents.models.resolve_model`, transformers' loading bars silenced, one-line errors);
-:func:`resolve_dtype` names the dtype options; :func:`sample_next` draws the next token per row.
+:func:`left_pad` pads a batch of prompts; :func:`sample_next` draws the next token per row;
+:func:`end_of_reply_ids` names the tokens that end a reply. (The model loader is
+:func:`agentenvs.agents.models.load_model`.)
 """
 
 from __future__ import annotations
@@ -10,19 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.agents.models import accepted_forms, quiet_loading, resolve_model
 from agentenvs.agents.policy import BackendError, SamplingParams
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "cpu_has_bf16",
     "end_of_reply_ids",
     "left_pad",
-    "load_model",
     "pad_id",
-    "resolve_dtype",
     "sample_next",
     "sample_with_logprobs",
     "uniform_draws",
@@ -45,7 +41,7 @@ def left_pad(
 
 
 def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, generator: Any = None, *, plain: bool = False
+    logits: torch.Tensor, sampling: SamplingParams, generator: Any = None
 ) -> torch.Tensor:
     """One token per row of ``logits`` (``[batch, vocab]``): greedy, or temperature + top-p.
 
@@ -53,8 +49,7 @@ def sample_next(
     ``generator``: the same distribution as ``torch.multinomial``, which draws one exponential
     per vocabulary entry (7-19 ms a step for 8 rows of a 49k vocabulary on a CPU core, against
     well under 1 ms here). ``generator`` may also be a list, one generator per row (each row's
-    draws then depend on its own generator only). ``plain``: draw with ``torch.multinomial``
-    (the backend's ``decode="plain"``, kept to measure against)."""
+    draws then depend on its own generator only)."""
     import torch
 
     if sampling.temperature == 0:
@@ -65,16 +60,6 @@ def sample_next(
         before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
         sorted_probs = sorted_probs.masked_fill(before >= sampling.top_p, 0.0)
         probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
-    rows = generator if isinstance(generator, list) else None
-    if plain:
-        if rows is not None:
-            return torch.cat(
-                [
-                    torch.multinomial(p[None], 1, generator=g)[:, 0]
-                    for p, g in zip(probs, rows, strict=True)
-                ]
-            )
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]
     cdf = probs.cumsum(dim=-1)
     draw = uniform_draws(probs.shape[0], generator, probs.device, cdf.dtype)
     index = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True)
@@ -94,86 +79,15 @@ def uniform_draws(rows: int, generator: Any, device: Any, dtype: Any) -> torch.T
 
 
 def sample_with_logprobs(
-    logits: torch.Tensor,
-    sampling: SamplingParams,
-    generator: Any = None,
-    *,
-    plain: bool = False,
-    compiled: bool = False,
+    logits: torch.Tensor, sampling: SamplingParams, generator: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(:func:`sample_next`'s tokens, their log-probs at temperature 1) for float32
-    ``logits``. ``compiled``: where it applies (CPU, temperature > 0, ``top_p`` 1, not
-    ``plain``), the compiled sampler of :mod:`agentenvs.agents.backends.cpu_kernels` (the same uniform
-    draws and the same inversion of each row's distribution, in one pass over the vocabulary
-    instead of a softmax, a cumulative sum and a log-softmax, each over the whole batch)."""
+    ``logits``."""
     import torch
 
-    if (
-        compiled
-        and not plain
-        and sampling.temperature > 0
-        and sampling.top_p >= 1.0
-        and logits.device.type == "cpu"
-    ):
-        from agentenvs.agents.backends import cpu_kernels
-
-        if cpu_kernels.load() is not None:
-            draws = uniform_draws(logits.shape[0], generator, logits.device, torch.float32)
-            return cpu_kernels.sample_rows(logits, sampling.temperature, draws[:, 0])
-    tokens = sample_next(logits, sampling, generator, plain=plain)
+    tokens = sample_next(logits, sampling, generator)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
     return tokens, logprobs
-
-
-def load_model(model: str, device: str, dtype: str, gguf_file: str | None) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch_dtype = resolve_dtype(dtype, device)
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
-    if not gguf_file:
-        model = resolve_model(model, what="hf:")  # one-line error for a missing/mistyped one
-    try:
-        with quiet_loading():
-            tokenizer = AutoTokenizer.from_pretrained(model, **extra)
-            model_obj = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, **extra)
-    except OSError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BackendError(f"cannot load model {model!r}: {first}; {accepted_forms()}") from exc
-    if tokenizer.chat_template is None:
-        raise BackendError(
-            f"the tokenizer of {model!r} has no chat template; use a chat (instruct) model"
-        )
-    return model_obj.to(device), tokenizer
-
-
-def resolve_dtype(dtype: str, device: str) -> Any:
-    """The torch dtype of a ``dtype`` option: ``auto`` (bfloat16 on GPU, float32 on CPU),
-    ``fast`` (bfloat16 on GPU and on CPUs with native bfloat16 kernels, e.g. AVX512-BF16 or
-    AMX, where it is 2-4x faster than float32; float32 on other CPUs) or a dtype name."""
-    import torch
-
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    on_gpu = not str(device).startswith("cpu")
-    if dtype == "auto":
-        return torch.bfloat16 if on_gpu else torch.float32
-    if dtype == "fast":
-        return torch.bfloat16 if on_gpu or cpu_has_bf16() else torch.float32
-    if dtype in dtypes:
-        return dtypes[dtype]
-    raise ValueError(f"unknown dtype {dtype!r}; choose auto, fast or one of {sorted(dtypes)}")
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU runs bfloat16 matrix products natively (oneDNN's check)."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def pad_id(tokenizer: Any) -> int:

@@ -269,7 +269,7 @@ def packed_cache(buffers: Sequence[tuple[Any, Any]], writes: Sequence[tuple[int,
     never overwrites a cached position); or (buffer row, stop, new, input row, end): the keys
     of positions ``[end - new, end)`` of that input row (chunks end to end in one sequence).
     The layers then return the whole buffers: only
-    :func:`agentenvs.agents.backends.cpu_attention.prefill_rows`' attention reads them, each row its own
+    :func:`agentenvs.agents.backends.cpu.attention.rows_attention` reads them, each row its own
     positions."""
     width = max(write[1] for write in writes)
     cache = buffer_cache(buffers, max(0, width - max(write[2] for write in writes)))
@@ -281,7 +281,7 @@ def packed_cache(buffers: Sequence[tuple[Any, Any]], writes: Sequence[tuple[int,
 def select_rows(cache: Any, index: Any) -> Any:
     """A cache of only the batch rows ``index`` (a 1-D long tensor) of a :func:`buffer_cache`:
     new zeroed buffers of the same capacity with those rows' filled positions copied (zeros, not
-    garbage, past them: :mod:`agentenvs.agents.backends.cpu_attention` reads whole buffers, masked). None
+    garbage, past them: :mod:`agentenvs.agents.backends.cpu.attention` reads whole buffers, masked). None
     for other caches (then the caller keeps the whole batch)."""
     layers = getattr(cache, "layers", None)
     growing = _growing_layer_class()
@@ -305,7 +305,7 @@ def split_shared_prefix(
     """Cut a right-aligned :func:`buffer_cache` of prompts whose first ``shared`` tokens are the
     same into (a cache of what follows the prefix, its attention mask, the prefix's keys and
     values ``[heads, shared, dim]`` per layer) for cascade attention
-    (:func:`agentenvs.agents.backends.cpu_attention.shared_prefix`).
+    (:func:`agentenvs.agents.backends.cpu.attention.shared_prefix`).
 
     Row ``r`` (``n_r`` tokens, starting at ``s_r = width - n_r``) keeps its tokens past the
     prefix at ``[s_r, width - shared)``, so the new mask is the old one's first

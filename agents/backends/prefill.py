@@ -4,11 +4,11 @@ batch's common prefix computed once with ``share_prefix``) and runs its remainin
 row on CPU (the fast causal attention path) into right-aligned preallocated buffers, or as one
 padded batch on GPU. Decoding then writes into the same buffers, ``max_new_tokens`` wide.
 
-With ``prefill_attention="bmm"`` (bfloat16 on CPU) every prompt runs in chunks of at most
-``MAX_PREFILL_QUERIES`` tokens with the two-bmm attention
-(:func:`agentenvs.agents.backends.cpu_attention.prefill_rows`), and the rows of a batch run *packed*:
-each round's chunks (every row's next one) in one forward pass, end to end with no padding.
-The weights' products then see many rows at once (the decoder's products for 45 tokens took
+With the CPU engine (``cpu_engine="auto"``) every prompt runs in chunks of at most
+``MAX_PREFILL_QUERIES`` tokens through the engine's own forward pass
+(:meth:`agentenvs.agents.backends.cpu.engine.CpuEngine.prefill_pass`), and the rows of a batch
+run *packed*: each round's chunks (every row's next one) in one forward pass, end to end with no
+padding. The weights' products then see many rows at once (the decoder's products for 45 tokens took
 22 ms, for 8 rows of 45 packed 91 ms, two threads), while each row's attention reads its own
 positions only and its keys land where a row-by-row pass would put them. (Left-padded passes
 of similar lengths, the earlier way, padded a first turn's 664 new tokens to 1,004 rows in three
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.agents.backends.cpu_attention import MAX_PREFILL_QUERIES, prefill_rows
+from agentenvs.agents.backends.cpu.attention import MAX_PREFILL_QUERIES
 from agentenvs.agents.backends.hf_loading import left_pad
 from agentenvs.agents.backends.kv_cache import (
     MIN_REUSE,
@@ -46,8 +46,8 @@ Base = tuple["Layers | None", int]  # cached keys/values of a row's first n prom
 
 class PrefillMixin:
     """The prefill strategies; the policy provides ``model``, ``device``, ``pad_id``,
-    ``prefix_cache``, ``share_prefix``, ``rowwise_prefill``, ``bmm_prefill`` and the cache
-    argument names."""
+    ``prefix_cache``, ``share_prefix``, ``rowwise_prefill``, ``engine`` (the CPU engine or
+    None: with it, prompts run packed, :meth:`_packed_passes`) and the cache argument names."""
 
     model: Any
     device: Any
@@ -55,9 +55,7 @@ class PrefillMixin:
     prefix_cache: Any
     share_prefix: bool
     rowwise_prefill: bool
-    bmm_prefill: bool
-    packed_rows: int
-    kernel_prefill: bool
+    engine: Any
     _layout: list[tuple[Any, ...]] | None
     _cache_arg: str
     _keep_last: dict[str, Any]
@@ -145,10 +143,10 @@ class PrefillMixin:
 
     def _extend(self, layers: Layers | None, start: int, new_tokens: Sequence[int]) -> Layers:
         """The keys and values of ``layers`` (``start`` positions, or none) plus ``new_tokens``
-        (with ``bmm_prefill``, computed as a row's own pass computes them)."""
+        (with the engine, computed as a row's own pass computes them)."""
         import torch
 
-        if self.bmm_prefill:
+        if self.engine is not None:
             total = start + len(new_tokens)
             buffers = self._kv_buffers(1, total)
             for (kb, vb), (k, v) in zip(buffers, layers or [], strict=False):
@@ -176,19 +174,19 @@ class PrefillMixin:
         right-aligned in zeroed buffers as wide as the longest prompt plus ``max_new_tokens``
         (the attention mask hides the pads): its base is copied in, its forward pass writes its
         new keys in place, and so does every decoding step (no copy of the whole cache). With
-        ``bmm_prefill`` the rows run packed instead (:meth:`_packed_passes`).
+        the engine the rows run packed instead (:meth:`_packed_passes`).
         """
         import torch
 
         lengths = [len(p) for p in prompts]
-        width = aligned_width(max(lengths)) if self.bmm_prefill else max(lengths)
+        width = aligned_width(max(lengths)) if self.engine is not None else max(lengths)
         buffers = self._kv_buffers(len(prompts), width + max_new_tokens)
         for row, (layers, n) in enumerate(bases):
             start = width - lengths[row]
             for (kb, vb), (k, v) in zip(buffers, layers or [], strict=False):
                 kb[row, :, start : start + n] = k[0]
                 vb[row, :, start : start + n] = v[0]
-        if self.bmm_prefill:
+        if self.engine is not None:
             pieces = [
                 _Piece(row, width - lengths[row], n, prompts[row][n:])
                 for row, (_, n) in enumerate(bases)
@@ -256,19 +254,16 @@ class PrefillMixin:
                 ends.append(end - 1)
                 done[i] += size
             if len(todo) > 1:
-                self.packed_rows += len(todo)
-            keep = {"logits_to_keep": torch.tensor(ends)} if self._keep_last else {}
-            with prefill_rows(layout, kernel=self.kernel_prefill):
-                out = self.model(
-                    input_ids=torch.tensor([ids], device=self.device),
-                    position_ids=torch.tensor([positions], device=self.device),
-                    use_cache=True,
-                    **{self._cache_arg: packed_cache(buffers, writes)},
-                    **keep,
-                )
+                self.engine.packed_rows += len(todo)
+            out = self.engine.prefill_pass(
+                torch.tensor([ids], device=self.device),
+                torch.tensor([positions], device=self.device),
+                packed_cache(buffers, writes),
+                layout,
+                torch.tensor(ends),
+            )
             for j, i in enumerate(todo):
-                at = j if keep else ends[j]
-                logits[i] = out.logits[:, at : at + 1, :]
+                logits[i] = out[:, j : j + 1, :]
             del out
 
     def _prefilled(
@@ -324,11 +319,11 @@ class PrefillMixin:
         return out, attention_mask, position_ids
 
 
-ALIGN = 64  # positions: with bmm_prefill, rows end at a multiple of this (aligned_width)
+ALIGN = 64  # positions: with the engine, rows end at a multiple of this (aligned_width)
 
 
 def aligned_width(length: int) -> int:
-    """The buffer width a batch's rows are right-aligned at with ``bmm_prefill``: the longest
+    """The buffer width a batch's rows are right-aligned at with the engine: the longest
     prompt rounded up to a multiple of :data:`ALIGN`. Every row's tokens then sit at the same
     offset modulo ``ALIGN`` whatever the batch (``-length`` mod ``ALIGN``), so the decoding
     attention's vectorised sums meet its values in the same lanes and order as when the row

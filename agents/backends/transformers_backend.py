@@ -31,6 +31,11 @@ row's base; :mod:`agentenvs.agents.backends.prefill`). Decoding writes into a ca
 Sampling: ``temperature`` 0 is greedy; otherwise logits / temperature, then nucleus (top-p)
 filtering, then a draw from a ``torch.Generator`` seeded by ``SamplingParams.seed`` (when set).
 Batches larger than ``max_batch_size`` are split.
+
+That is the whole generator with ``cpu_engine="off"`` (the default). With ``cpu_engine="auto"``
+(the embedded agent's) the prefill chunks and decoding steps of a Llama or Qwen3 model on CPU
+run through the CPU engine instead (:mod:`agentenvs.agents.backends.cpu.engine`, one object
+this policy owns; ``docs/cpu-engine.md``).
 """
 
 from __future__ import annotations
@@ -39,21 +44,12 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.agents.backends.cpu_attention import bmm_decoding, shared_prefix
-from agentenvs.agents.backends.cpu_attention import install as install_attention
-from agentenvs.agents.backends.cpu_decode_step import LeanDecoder
-from agentenvs.agents.backends.cpu_int4 import decoding as int4_decoding
-from agentenvs.agents.backends.cpu_int4 import install_for as install_int4
-from agentenvs.agents.backends.cpu_kernels import int_dot_path, prefill_kernel_error, takes_dtype
-from agentenvs.agents.backends.cpu_kernels import load as load_decode_kernel
-from agentenvs.agents.backends.cpu_kernels import load_error as decode_kernel_error
+from agentenvs.agents.backends.cpu.engine import CpuEngine, EngineSettings
+from agentenvs.agents.backends.cpu.engine import start as start_engine
 from agentenvs.agents.backends.hf_loading import (
-    cpu_has_bf16,
     end_of_reply_ids,
     left_pad,
-    load_model,
     pad_id,
-    resolve_dtype,
     sample_next,
     sample_with_logprobs,
 )
@@ -67,22 +63,15 @@ from agentenvs.agents.backends.kv_cache import (
     select_rows,
     split_shared_prefix,
     weights_fingerprint,
-    writes_in_place,
 )
 from agentenvs.agents.backends.prefill import Layers, PrefillMixin
+from agentenvs.agents.models import cpu_has_bf16, load_model
 from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "TransformersPolicy",
-    "cpu_has_bf16",
-    "end_of_reply_ids",
-    "left_pad",
-    "resolve_dtype",
-    "sample_next",
-]
+__all__ = ["TransformersPolicy", "end_of_reply_ids", "left_pad", "sample_next"]
 
 Message = dict[str, str]
 
@@ -102,50 +91,12 @@ class TransformersPolicy(PrefillMixin, Policy):
     ``prefill`` (``rows``: prompts one by one then batched decoding, fastest on CPU; ``batch``:
     one padded batch, for GPUs; ``auto``: rows on CPU, batch elsewhere),
     ``num_threads`` (torch CPU threads; 1 is often fastest on a busy machine),
-    ``decode`` (``fast``, the default: finished rows leave the batch, one uniform draw per
-    sampled token; ``plain``: every row decodes until the last one finishes, tokens drawn with
-    ``torch.multinomial``, the loop as it was, kept to measure against),
-    ``decode_attention`` (``sdpa``, the default: the model's own attention; ``bmm``: with
-    ``decode="fast"``, one-token decoding steps of a model on CPU (bfloat16, float16 or
-    float32) compute attention with two batched matrix products instead of SDPA's flash kernel
-    (the model's attention implementation is switched; 1.3x the embedded model's eval tokens/s
-    in bfloat16; in float32 a row's tokens then do not depend on the batch), scores
-    rounded to the model dtype: log-probs within about 0.01 of a teacher-forced pass instead
-    of 1e-4, :mod:`agentenvs.agents.backends.cpu_attention`; ``kernel``: the same steps with a compiled
-    kernel, float32 scores and sums, masked positions skipped, one call per layer
-    (:mod:`agentenvs.agents.backends.cpu_kernels`, built with the system C compiler on first use; where it
-    cannot be, the ``bmm`` path, and the run metadata's ``decode_kernel_error`` says why), the
-    embedded agent's default),
-    ``prefill_attention`` (``sdpa``, the default; ``bmm``: with ``decode="fast"`` and row-wise
-    prefill, a model on CPU (bfloat16, float16 or float32), prompts run in chunks of at most
-    256 tokens with attention as two batched matrix products per row, the batch's rows packed
-    into shared forward passes, :mod:`agentenvs.agents.backends.prefill`; same rounding as
-    ``decode_attention="bmm"``, a row's prefill the same bit for bit alone or packed;
-    ``kernel``: the same chunks with the compiled attention of
-    :mod:`agentenvs.agents.backends.cpu_kernels` where the CPU has AMX tiles and heads are 64 wide
-    (float32 scores and sums; otherwise ``bmm``, and the run metadata's
-    ``prefill_kernel_error`` says why), the embedded agent's default),
-    ``decode_weights`` (``model``, the default; ``int4``: with ``decode="fast"`` and a bfloat16
-    model on CPU, or a float32 one where the compiled kernel has integer dot products (AVX2 or
-    AVX-512 VNNI; float32 rows in and out, ``run.json``'s ``int4_dot_products`` says which),
-    one-token decoding steps multiply by a 4-bit groupwise copy of each decoder linear weight,
-    a quarter of the bytes, while prefill keeps the model's weights; exact for a
-    Q4_1 model such as the embedded one, lossy for others, :mod:`agentenvs.agents.backends.cpu_int4`; the
-    products run in the compiled kernel of :mod:`agentenvs.agents.backends.cpu_kernels` where it builds,
-    else in torch's, and the run metadata's ``int4_kernel`` says which; ``int4_torch``: always
-    torch's, whose block scales are rounded to bfloat16), ``decode_step`` (``lean``, the
-    default: where the model is a Llama or Qwen3 with this backend's CPU attention, one-token
-    steps run as a flat loop over the layers' weights instead of transformers' module stack,
-    the same bits, :mod:`agentenvs.agents.backends.cpu_decode_step`; ``model``: always the model's own
-    forward pass), ``sampler`` (``torch``, the default; ``compiled``: temperature sampling with
-    ``top_p`` 1 on CPU in one compiled pass per row, the same uniform draws and the same
-    inversion of the distribution, log-probs within about 1e-6, the embedded agent's default),
-    ``cascade`` (with ``decode_attention`` ``bmm`` or ``kernel``,
-    default True: when every row of a batch starts with the same rendered system message, its
-    keys and values are kept once outside the rows' caches and each decoding step reads them
-    once for all rows, :func:`agentenvs.agents.backends.kv_cache.split_shared_prefix`; the split is the
-    system message's end, fixed by each conversation, so a row's result does not depend on the
-    rest of the batch).
+    ``cpu_engine`` (``off``, the default: the plain generator above; ``auto``: the CPU engine of
+    :mod:`agentenvs.agents.backends.cpu.engine` where it applies (a Llama or Qwen3 model on
+    CPU), the embedded agent's default: with ``dtype="auto"`` the model is then bfloat16 where
+    the CPU computes it natively; :meth:`run_metadata`'s ``engine`` line says what ran and why;
+    an :class:`~agentenvs.agents.backends.cpu.engine.EngineSettings` for tests and
+    measurements that compare its parts).
     """
 
     def __init__(
@@ -163,13 +114,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         prefix_cache_mb: int | str = "auto",
         prefill: str = "auto",
         num_threads: int | str | None = None,
-        decode: str = "fast",
-        decode_attention: str = "sdpa",
-        prefill_attention: str = "sdpa",
-        decode_weights: str = "model",
-        cascade: bool | str = True,
-        decode_step: str = "lean",
-        sampler: str = "torch",
+        cpu_engine: str | EngineSettings = "off",
         model_obj: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -183,59 +128,21 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.share_prefix = _flag(share_prefix)
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
+        if cpu_engine not in ("auto", "off") and not isinstance(cpu_engine, EngineSettings):
+            raise ValueError(f"cpu_engine must be auto or off, got {cpu_engine!r}")
         if model_obj is None:
-            model_obj, tokenizer = load_model(model, device, dtype, gguf_file)
+            if cpu_engine != "off" and dtype == "auto" and _on_cpu(device):
+                dtype = "bfloat16" if cpu_has_bf16() else "float32"  # measured: 2-4x float32
+            model_obj, tokenizer = load_model(
+                model, device=device, dtype=dtype, gguf_file=gguf_file
+            )
         elif tokenizer is None:
             raise ValueError("pass tokenizer= together with model_obj=")
         self.model = model_obj.eval()
         self.tokenizer = tokenizer
         self.device = next(self.model.parameters()).device
-        if decode not in ("fast", "plain"):
-            raise ValueError(f"decode must be fast or plain, got {decode!r}")
-        self.plain_decode = decode == "plain"
-        for name, value in (("decode", decode_attention), ("prefill", prefill_attention)):
-            if value not in ("bmm", "kernel", "sdpa"):
-                raise ValueError(f"{name}_attention must be sdpa, bmm or kernel, got {value!r}")
-        switched = (
-            bool({decode_attention, prefill_attention} & {"bmm", "kernel"})
-            and not self.plain_decode
-            and install_attention(self.model)
-        )
-        self.bmm_attention = switched and decode_attention in ("bmm", "kernel")
-        self.kernel_error: str | None = None
-        self.kernel_attention = False
-        if self.bmm_attention and decode_attention == "kernel":
-            if not takes_dtype(next(self.model.parameters()).dtype):
-                self.kernel_error = "the kernel is for bfloat16 and float32 models"
-            elif load_decode_kernel() is None:
-                self.kernel_error = decode_kernel_error()
-            self.kernel_attention = self.kernel_error is None
-        self.bmm_prefill = switched and prefill_attention in ("bmm", "kernel") and writes_in_place()
-        self.kernel_prefill = False
-        self.prefill_kernel_error: str | None = None
-        if self.bmm_prefill and prefill_attention == "kernel":
-            self.prefill_kernel_error = prefill_kernel_error(self.model)
-            self.kernel_prefill = self.prefill_kernel_error is None
-        self.cascade = self.bmm_attention and _flag(cascade) and writes_in_place()
-        if decode_weights not in ("model", "int4", "int4_torch"):
-            raise ValueError(
-                f"decode_weights must be model, int4 or int4_torch, got {decode_weights!r}"
-            )
-        self.int4_report = None
-        self._int4_compiled = decode_weights == "int4"
-        if decode_weights != "model" and not self.plain_decode:
-            self.int4_report = install_int4(self.model, model, compiled=self._int4_compiled)
-            self._int4_weights = weights_fingerprint(self.model)
-        if sampler not in ("torch", "compiled"):
-            raise ValueError(f"sampler must be torch or compiled, got {sampler!r}")
-        self.kernel_sampler = (
-            sampler == "compiled" and self.device.type == "cpu" and load_decode_kernel() is not None
-        )
-        if decode_step not in ("lean", "model"):
-            raise ValueError(f"decode_step must be lean or model, got {decode_step!r}")
-        self.lean_decoder, self.lean_error = None, "decode_step=model"
-        if decode_step == "lean":
-            self.lean_decoder, self.lean_error = LeanDecoder.build(self.model)
+        self.engine: CpuEngine | None
+        self.engine, self.engine_line = start_engine(self.model, model or None, cpu_engine)
         if prefill not in ("auto", "rows", "batch"):
             raise ValueError(f"prefill must be auto, rows or batch, got {prefill!r}")
         self.rowwise_prefill = prefill == "rows" or (
@@ -253,9 +160,6 @@ class TransformersPolicy(PrefillMixin, Policy):
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self._layout: list[tuple[Any, ...]] | None = None  # per-layer KV shapes (probed once)
         self._system_ids: dict[str, list[int]] = {}  # rendered system messages' tokens
-        self.cascade_rows = 0  # rows decoded with the shared prefix kept once (cascade)
-        self.packed_rows = 0  # rows prefilled in a forward pass shared with other rows
-        self.lean_steps = 0  # decoding steps taken by the lean decoder
         self.prefix_cache: PrefixCache | None = None
         if _flag(prefix_cache):
             if prefix_cache_mb == "auto":
@@ -322,7 +226,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         sampling = sampling or SamplingParams()
         prompts = [self.prompt_ids(c) for c in conversations]
         shared = None
-        if self.cascade:
+        if self.engine is not None and self.engine.cascade:
             shared = [
                 self._system_length(c, p) for c, p in zip(conversations, prompts, strict=True)
             ]
@@ -377,10 +281,8 @@ class TransformersPolicy(PrefillMixin, Policy):
         fingerprint = weights_fingerprint(self.model)
         if self.prefix_cache is not None:
             self.prefix_cache.check_weights(fingerprint)
-        if self.int4_report is not None and fingerprint != self._int4_weights:
-            # the weights changed (an optimizer step): the 4-bit copies follow them
-            self.int4_report = install_int4(self.model, None, compiled=self._int4_compiled)
-            self._int4_weights = fingerprint
+        if self.engine is not None:  # after an optimizer step its 4-bit copies follow
+            self.engine.follow_weights(fingerprint)
         generator: Any = None
         if seeds is not None:
             generator = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
@@ -412,6 +314,8 @@ class TransformersPolicy(PrefillMixin, Policy):
         reply does not keep the finished rows' attention and weights work going."""
         import torch
 
+        engine = self.engine
+
         batch = len(prompts)
         steps = sampling.max_new_tokens
         tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -426,7 +330,8 @@ class TransformersPolicy(PrefillMixin, Policy):
             prefix = None
             shared = shared_lengths[0] if shared_lengths else 0
             if (
-                self.cascade
+                engine is not None
+                and engine.cascade
                 and steps > 1
                 and shared
                 and all(n == shared for n in shared_lengths or ())
@@ -435,13 +340,14 @@ class TransformersPolicy(PrefillMixin, Policy):
                 split = split_shared_prefix(cache, attention_mask, shared)
                 if split is not None:
                     cache, attention_mask, prefix = split
-                    self.cascade_rows += batch
+                    engine.cascade_rows += batch
             for step in range(steps):
                 logits = logits.float()
                 draws = [generator[r] for r in rows] if isinstance(generator, list) else generator
-                next_tokens, token_logprobs = sample_with_logprobs(
-                    logits, sampling, draws, plain=self.plain_decode, compiled=self.kernel_sampler
-                )
+                if engine is not None:
+                    next_tokens, token_logprobs = engine.sample(logits, sampling, draws)
+                else:
+                    next_tokens, token_logprobs = sample_with_logprobs(logits, sampling, draws)
                 next_tokens = torch.where(
                     done, torch.full_like(next_tokens, self.pad_id), next_tokens
                 )
@@ -454,7 +360,7 @@ class TransformersPolicy(PrefillMixin, Policy):
                 if step == steps - 1 or bool(done.all()):
                     break  # the last sampled tokens are never fed back
                 finished = int(done.sum())
-                if finished and 4 * finished >= len(rows) and not self.plain_decode:
+                if finished and 4 * finished >= len(rows):
                     keep = (~done).nonzero()[:, 0]
                     smaller = select_rows(cache, keep)
                     if smaller is not None:
@@ -469,24 +375,18 @@ class TransformersPolicy(PrefillMixin, Policy):
                     [attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1
                 )
                 position_ids = position_ids[:, -1:] + 1
-                with (
-                    int4_decoding(self.int4_report is not None),
-                    bmm_decoding(self.bmm_attention, kernel=self.kernel_attention),
-                    shared_prefix(prefix),
-                ):
-                    if self.lean_decoder is not None and self.lean_decoder.takes(cache):
-                        logits = self.lean_decoder.step(
-                            next_tokens[:, None], attention_mask, position_ids, cache
-                        )
-                        self.lean_steps += 1
-                        continue
-                    out = self.model(
-                        input_ids=next_tokens[:, None],
-                        attention_mask=attention_mask,
-                        position_ids=position_ids,
-                        use_cache=True,
-                        **{self._cache_arg: cache},
+                if engine is not None:
+                    logits = engine.decode_step(
+                        next_tokens[:, None], attention_mask, position_ids, cache, prefix
                     )
+                    continue
+                out = self.model(
+                    input_ids=next_tokens[:, None],
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                )
                 cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :]
                 del out
             everyone = list(range(len(rows)))
@@ -550,7 +450,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         return Completion(text=text, token_ids=token_ids, logprobs=logprobs, finish_reason=finish)
 
     def run_metadata(self) -> dict[str, Any]:
-        """The backend, device, dtype and thread count the run generated with."""
+        """The backend, device, dtype, thread count and engine line the run generated with."""
         import torch
 
         param = next(self.model.parameters()) if self.model is not None else None
@@ -559,46 +459,21 @@ class TransformersPolicy(PrefillMixin, Policy):
             "device": str(self.device),
             "dtype": str(param.dtype).removeprefix("torch.") if param is not None else None,
             "threads": torch.get_num_threads(),
-            "decode": "plain" if self.plain_decode else "fast",
-            "decode_attention": (
-                "kernel" if self.kernel_attention else "bmm" if self.bmm_attention else "sdpa"
-            ),
-            **({"decode_kernel_error": self.kernel_error} if self.kernel_error else {}),
-            **(
-                {"prefill_kernel_error": self.prefill_kernel_error}
-                if self.prefill_kernel_error
-                else {}
-            ),
-            "prefill_attention": (
-                "kernel" if self.kernel_prefill else "bmm" if self.bmm_prefill else "sdpa"
-            ),
-            "decode_weights": "int4" if self.int4_report else "model",
-            **(
-                {
-                    "int4_kernel": "compiled" if self.int4_report.compiled else "torch",
-                    **({"int4_dot_products": int_dot_path()} if self.int4_report.compiled else {}),
-                    "lm_head": "int8"
-                    if self.int4_report.head_relative_error is not None
-                    else "model",
-                }
-                if self.int4_report
-                else {}
-            ),
-            "cascade": self.cascade,
-            "decode_step": "lean" if self.lean_decoder is not None else "model",
-            "sampler": "compiled" if self.kernel_sampler else "torch",
-            **(
-                {"int4_max_relative_error": self.int4_report.max_relative_error}
-                if self.int4_report
-                else {}
-            ),
+            "engine": self.engine_line,
         }
 
     def close(self) -> None:
-        self.model = None
+        self.model = self.engine = None
         import gc
 
         gc.collect()
+
+
+def _on_cpu(device: str) -> bool:
+    """Whether ``device`` (``auto`` included) puts the model on the CPU."""
+    import torch
+
+    return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
 
 
 def _flag(value: bool | str) -> bool:

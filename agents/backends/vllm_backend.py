@@ -64,11 +64,14 @@ def shutdown_llm(llm: Any) -> None:
 
 
 class VLLMPolicy(Policy):
-    """A model served by vLLM's offline ``LLM`` engine.
+    """A model served by vLLM's offline ``LLM`` engine; the one vLLM wrapper (the RL loop's
+    colocated engine, :class:`agentenvs.train.rl.vllm_engine.VLLMRolloutEngine`, is this class
+    with token-id prompts, weight sync and sleep added).
 
     Options are passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization=0.8``,
     ``max_model_len=8192``, ``tensor_parallel_size=2``, ``dtype="bfloat16"``,
-    ``enforce_eager=True``); ``chat_template_kwargs`` goes to ``LLM.chat``.
+    ``enforce_eager=True``); ``chat_template_kwargs`` goes to ``LLM.chat``. ``needed_by`` and
+    ``otherwise`` word the error where vLLM is missing.
     """
 
     def __init__(
@@ -77,10 +80,12 @@ class VLLMPolicy(Policy):
         *,
         spec: str = "",
         chat_template_kwargs: dict[str, Any] | None = None,
+        needed_by: str = "the vllm backend",
+        otherwise: str = "hf:<model> (transformers)",
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(spec or f"vllm:{model}")
-        vllm = import_vllm("the vllm backend", "hf:<model> (transformers)")
+        vllm = import_vllm(needed_by, otherwise)
         self._vllm = vllm
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         try:
@@ -100,18 +105,15 @@ class VLLMPolicy(Policy):
         sampling = sampling or SamplingParams()
         if not conversations:
             return []
-        params = [self._params(sampling, row, seeds) for row in range(len(conversations))]
-        outputs = self.llm.chat(
-            [list(c) for c in conversations],
-            params,
-            use_tqdm=False,
-            add_generation_prompt=True,
-            chat_template_kwargs=self.chat_template_kwargs or None,
-        )
-        return [self._completion(out) for out in outputs]
+        params = [
+            self._params(sampling, row_seed(sampling, row, seeds))
+            for row in range(len(conversations))
+        ]
+        outputs = self._run(conversations, params)
+        return [self._completion(out.outputs[0]) for out in outputs]
 
-    def _params(self, sampling: SamplingParams, row: int, seeds: Sequence[int] | None) -> Any:
-        seed = row_seed(sampling, row, seeds)
+    def _params(self, sampling: SamplingParams, seed: int | None, **extra: Any) -> Any:
+        """One request's ``vllm.SamplingParams``: the sampled token's log-probability only."""
         return self._vllm.SamplingParams(
             n=1,
             temperature=sampling.temperature,
@@ -119,11 +121,20 @@ class VLLMPolicy(Policy):
             max_tokens=sampling.max_new_tokens,
             seed=seed,
             logprobs=0,
+            **extra,
         )
 
-    @staticmethod
-    def _completion(request_output: Any) -> Completion:
-        out = request_output.outputs[0]
+    def _run(self, conversations: Sequence[Sequence[Message]], params: list[Any]) -> list[Any]:
+        """The engine's outputs: each conversation rendered by the model's chat template."""
+        return self.llm.chat(
+            [list(c) for c in conversations],
+            params,
+            use_tqdm=False,
+            add_generation_prompt=True,
+            chat_template_kwargs=self.chat_template_kwargs or None,
+        )
+
+    def _completion(self, out: Any) -> Completion:
         return Completion(
             text=out.text,
             token_ids=[int(t) for t in out.token_ids],

@@ -153,7 +153,7 @@ class EnvHost:
         if not isinstance(policy, str):
             return policy
         if policy not in self.policies:
-            from agentenvs.agents.policy import make_policy
+            from agentenvs.agents.registry import make_policy
 
             self.policies[policy] = make_policy(policy)
         return self.policies[policy]

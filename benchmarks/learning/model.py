@@ -45,8 +45,8 @@ CHECK_MODEL = TinyModelSpec(
 
 def _textcraft_corpus(env_id: str, task_ids: Sequence[str]) -> list[str]:
     """TextCraft text to train the tokenizer on: observations, replies, feedback."""
-    from agentenvs.registration import make
     from agentenvs.agents.prompts import format_error_feedback, format_reply
+    from agentenvs.registration import make
 
     env = make(env_id).unwrapped
     texts = []
@@ -75,9 +75,9 @@ def build_check_model(
 ) -> Path:
     """Build (or reuse, if complete) the TextCraft model and tokenizer in ``out_dir``: the
     tokenizer is trained on the first ``tokenizer_tasks`` test tasks' text."""
-    from agentenvs.registration import env_class
     from agentenvs.agents.prompts import system_prompt
     from agentenvs.agents.tiny_model import build_tiny_model
+    from agentenvs.registration import env_class
 
     tasks = env_class(env_id)().task_ids("test")[:tokenizer_tasks]
     system = system_prompt(env_id)
@@ -140,8 +140,8 @@ def _fixed_chunks(texts: Sequence[str], *, at_least: int = 200) -> list[str]:
 def expert_trajectories(env_id: str, task_ids: Sequence[str], *, samples: int = 1) -> list[Any]:
     """The expert's episodes of ``task_ids`` (run through the rollout code, so the messages are
     exactly a model's prompt format), with every reply's thought replaced by ``SHORT_THOUGHT``."""
-    from agentenvs.agents.policy import make_policy
     from agentenvs.agents.prompts import format_reply
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import plan_episodes, run_rollouts
 
     trajs = run_rollouts(make_policy("expert"), env_id, plan_episodes(list(task_ids), samples))

@@ -119,7 +119,8 @@ def evaluate_tasks(
     each); the trajectories go to ``out/trajectories.jsonl``. ``progress``: a bar per episode."""
     from tqdm.auto import tqdm
 
-    from agentenvs.agents.policy import SamplingParams, make_policy
+    from agentenvs.agents.policy import SamplingParams
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
     from agentenvs.agents.trajectory import write_trajectories
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 from agentenvs.alfworld import ALFWorldEnv, data
 from agentenvs.alfworld.engine import clear_process_cache, import_engine
+from agentenvs.alfworld.expert import ALFWorldExpert
 from agentenvs.alfworld.restore import MEMO
-from agentenvs.core import Snapshot
-from agentenvs.agents.experts.alfworld import ALFWorldExpert
 from agentenvs.benchmarks.timing import SpeedRow
+from agentenvs.core import Snapshot
 
 __all__ = ["STEP_OVERHEAD_TARGET", "bench"]
 

@@ -15,8 +15,8 @@ import io
 import itertools
 
 from agentenvs.babyai import BabyAITextEnv
+from agentenvs.babyai.expert import BabyAIExpert
 from agentenvs.babyai.text import LEFT, RIGHT
-from agentenvs.agents.experts.babyai import BabyAIExpert
 from agentenvs.benchmarks.timing import SpeedRow, per_call
 
 __all__ = ["STEP_OVERHEAD_TARGET", "TASK_ID", "bench"]

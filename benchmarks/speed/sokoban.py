@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import itertools
 
-from agentenvs.sokoban import SokobanEnv, generate_room
-from agentenvs.agents.experts.sokoban import SokobanExpert
 from agentenvs.benchmarks.timing import SpeedRow, per_call
+from agentenvs.sokoban import SokobanEnv, generate_room
+from agentenvs.sokoban.expert import SokobanExpert
 
 __all__ = ["STEP_TARGET_S", "bench"]
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
+from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
 from agentenvs.textcraft import TextCraftEnv
 from agentenvs.textcraft.env import _load_task
-from agentenvs.agents.experts.textcraft import TextCraftExpert
-from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
+from agentenvs.textcraft.expert import TextCraftExpert
 
 __all__ = ["bench"]
 

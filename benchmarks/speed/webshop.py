@@ -11,12 +11,12 @@ import math
 import time
 from collections import Counter
 
+from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
 from agentenvs.webshop import WebShopEnv, default_catalog
 from agentenvs.webshop.analysis import analyze
 from agentenvs.webshop.catalog import product_document
+from agentenvs.webshop.expert import WebShopExpert
 from agentenvs.webshop.search import BM25Index, byte4_to_int, int_to_byte4
-from agentenvs.agents.experts.webshop import WebShopExpert
-from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
 
 __all__ = ["bench"]
 

@@ -6,10 +6,10 @@ verl calls ``run(sampling_params, **row)`` once per sample with the dataset row
 The episode plays under ``extra_info["protocol"]`` (the dataset command's ``--protocol``; a row
 without one: the environment's default protocol; ``"none"``: no protocol): the protocol's
 environment keywords, prompt, parser, unparseable-reply handling (its feedback, or verl-agent's
-projection, stepped) and training turn limit (:class:`agentenvs.integrations.episode.TextEpisode`). The
+projection, stepped) and training turn limit (:class:`agentenvs.agents.episode.TextEpisode`). The
 loop:
 
-1. starts the task in a :class:`agentenvs.integrations.episode.TextEpisode` and tokenizes its first
+1. starts the task in a :class:`agentenvs.agents.episode.TextEpisode` and tokenizes its first
    prompt (system prompt, first observation) with verl's continuous-token builder;
 2. per turn asks ``server_manager.generate`` (verl's LLM server client; vLLM or SGLang in a
    verl run) for a reply, merges the reply tokens into the running sequence (response mask 1),
@@ -55,7 +55,7 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from agentenvs.integrations.episode import TextEpisode
+from agentenvs.agents.episode import TextEpisode
 from agentenvs.integrations.verl.dataset import AGENT_NAME, NO_PROTOCOL, protocol_arg
 
 __all__ = ["AgentenvsAgentLoop"]

@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentenvs.agents.episode import make_env
 from agentenvs.agents.prompts import system_prompt
 from agentenvs.agents.protocol_rules import ProtocolRules
-from agentenvs.integrations.episode import make_env
 
 __all__ = [
     "AGENT_NAME",

@@ -40,7 +40,7 @@ def registered_envs() -> list[str]:
 
 
 def has_expert(env_id: str) -> bool:
-    from agentenvs.agents.experts.base import EXPERTS
+    from agentenvs.expert import EXPERTS
 
     if env_id not in EXPERTS:
         return False
@@ -64,9 +64,9 @@ def cut_spec(
     """An :class:`agentenvs.agents.rollout.EpisodeSpec` that starts after ``prefix_actions``: the
     conversation a policy replying those actions would have had (every turn kept), and the
     observation the environment reached as the recorded cut observation."""
-    from agentenvs.registration import make
     from agentenvs.agents.prompts import Conversation, format_reply
     from agentenvs.agents.rollout import EpisodeSpec
+    from agentenvs.registration import make
 
     env = make(env_id, max_turns=max_turns)
     try:

@@ -1,15 +1,15 @@
-"""CPU decoding in bfloat16: 4-bit decoder weights for one-token steps (agents/backends/cpu_int4.py)
-and cascade attention over the batch's shared system prompt (cpu_attention.shared_prefix,
-kv_cache.split_shared_prefix): log-probs close to a teacher-forced pass, a row's result
+"""The CPU engine's decoding in bfloat16: 4-bit decoder weights for one-token steps
+(agents/backends/cpu/int4.py) and cascade attention over the batch's shared system prompt
+(kv_cache.split_shared_prefix): log-probs close to a teacher-forced pass, a row's result
 independent of the batch bit for bit, the prefix cache across turns unchanged."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-
-from agentenvs.agents.backends import cpu_int4
-from agentenvs.agents.backends.cpu_kernels import int_dot_path
+from agentenvs.agents.backends.cpu import int4 as cpu_int4
+from agentenvs.agents.backends.cpu.engine import EngineSettings
+from agentenvs.agents.backends.cpu.kernels import int_dot_path
 from agentenvs.agents.backends.kv_cache import buffer_cache, split_shared_prefix, writes_in_place
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 from agentenvs.agents.policy import SamplingParams
@@ -20,6 +20,12 @@ pytestmark = pytest.mark.skipif(not cpu_int4.available(), reason="no CPU int4 ke
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
 BF16 = {"device": "cpu", "dtype": "bfloat16"}
+BMM = EngineSettings(
+    decode_attention="bmm", prefill_attention="bmm", decode_weights="model", sampler="torch"
+)
+INT4 = EngineSettings(
+    decode_attention="bmm", prefill_attention="bmm", decode_weights="int4", sampler="torch"
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +45,8 @@ def q4_wide_model_dir(tmp_path_factory):
 
 
 def _q4_model(tmp_path_factory, spec=None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from agentenvs.agents.tiny_model import build_tiny_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = build_tiny_model(tmp_path_factory.mktemp("tiny"), spec)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
@@ -95,8 +100,13 @@ def test_prefill_products_give_a_row_the_same_bits_at_any_row_count(shape) -> No
 
     torch.manual_seed(0)
     model = Model().to(torch.bfloat16)
-    assert cpu_int4.install(model).layers == 1
-    layer = model.layers[0]
+    weights = cpu_int4.install(model)
+    assert weights.report.layers == 1
+    module = model.layers[0]
+
+    def layer(x):
+        return weights.linear(module, x, decoding=False)
+
     x = torch.randn(700, shape[1], dtype=torch.bfloat16)
     with torch.no_grad():
         alone = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
@@ -106,13 +116,11 @@ def test_prefill_products_give_a_row_the_same_bits_at_any_row_count(shape) -> No
 
 
 def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_dir) -> None:
-    plain = TransformersPolicy(str(q4_model_dir), **BF16, decode_attention="bmm")
-    int4 = TransformersPolicy(
-        str(q4_model_dir), **BF16, decode_attention="bmm", decode_weights="int4"
-    )
-    meta = int4.run_metadata()
-    assert meta["decode_weights"] == "int4" and meta["int4_max_relative_error"] < 1e-6
-    assert plain.run_metadata()["decode_weights"] == "model"
+    plain = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=BMM)
+    int4 = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=INT4)
+    assert int4.engine.weights.report.max_relative_error < 1e-6
+    assert "4-bit weights" in int4.run_metadata()["engine"]
+    assert plain.engine.weights is None
     state = plain.model.state_dict()
     assert set(int4.model.state_dict()) == set(state)  # the 4-bit copies are not saved
     a = plain.generate(CONVERSATIONS, GREEDY)
@@ -126,27 +134,21 @@ def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_d
 
 
 def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
-    policy = TransformersPolicy(
-        str(q4_model_dir), **BF16, decode_attention="bmm", decode_weights="int4"
-    )
+    policy = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=INT4)
     before = policy.generate(CONVERSATIONS, GREEDY)
     with torch.no_grad():  # as an optimizer step would: in place, the version counters move
-        for module in policy.model.modules():
-            if hasattr(module, "int4_weight"):
-                module.weight.mul_(-1.0)
+        for module in policy.engine.weights.layers:
+            module.weight.mul_(-1.0)
     after = policy.generate(CONVERSATIONS, GREEDY)
-    fresh = TransformersPolicy.from_model(
-        policy.model, policy.tokenizer, decode_attention="bmm", decode_weights="int4"
-    )
+    fresh = TransformersPolicy.from_model(policy.model, policy.tokenizer, cpu_engine=INT4)
     assert [o.logprobs for o in after] == [
         o.logprobs for o in fresh.generate(CONVERSATIONS, GREEDY)
     ]
     assert [o.logprobs for o in after] != [o.logprobs for o in before]
-    # a plain policy on the same (switched) model uses neither the 4-bit copies nor bmm: it
-    # generates what a plain policy on an untouched copy of the weights does, bit for bit
+    # a plain policy on the same model uses neither the 4-bit copies nor bmm: it generates
+    # what a plain policy on an untouched copy of the weights does, bit for bit
     plain = TransformersPolicy.from_model(policy.model, policy.tokenizer)
-    meta = plain.run_metadata()
-    assert (meta["decode_weights"], meta["decode_attention"]) == ("model", "sdpa")
+    assert plain.engine is None
     untouched = TransformersPolicy(str(q4_model_dir), **BF16)
     with torch.no_grad():
         for mine, theirs in zip(
@@ -159,35 +161,32 @@ def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
 
 
 def test_policies_sharing_a_model_keep_their_own_decoding(q4_model_dir) -> None:
-    """The attention switch and the 4-bit copies live on the model; which path a step takes is
-    the calling policy's option, whatever other policies on the same model chose."""
-    fast = TransformersPolicy(
-        str(q4_model_dir), **BF16, decode_attention="bmm", decode_weights="int4"
-    )
+    """The 4-bit copies live in the policy's engine, not on the model: a plain policy on the
+    same model in between does not change the engine's results."""
+    fast = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=INT4)
     before = fast.generate(CONVERSATIONS, GREEDY)
     plain = TransformersPolicy.from_model(fast.model, fast.tokenizer)
     plain.generate(CONVERSATIONS, GREEDY)
     after = fast.generate(CONVERSATIONS, GREEDY)
     assert [(o.token_ids, o.logprobs) for o in after] == [(o.token_ids, o.logprobs) for o in before]
-    assert fast.cascade_rows == 2 * len(CONVERSATIONS)
+    assert fast.engine.cascade_rows == 2 * len(CONVERSATIONS)
 
 
 def test_int4_applies_to_float32_models_only_with_integer_dot_products(tiny_model_dir) -> None:
-    fp32 = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4"
-    )
-    meta = fp32.run_metadata()
+    fp32 = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="float32", cpu_engine=INT4)
+    line = fp32.run_metadata()["engine"]
     if int_dot_path() == "none":  # the kernel's plain float32 sums: slower than linear
-        assert meta["decode_weights"] == "model"
+        assert fp32.engine.weights is None and "model weights" in line
     else:
-        assert (meta["decode_weights"], meta["int4_kernel"]) == ("int4", "compiled")
-        assert meta["int4_dot_products"] == int_dot_path()
+        assert fp32.engine.weights.report.compiled and "4-bit weights (compiled" in line
+        assert f"{int_dot_path()} dot products" in line
     torch_kernel = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="float32", decode_weights="int4_torch"
+        str(tiny_model_dir),
+        device="cpu",
+        dtype="float32",
+        cpu_engine=EngineSettings(decode_weights="int4_torch"),
     )
-    assert torch_kernel.run_metadata()["decode_weights"] == "model"
-    with pytest.raises(ValueError, match="decode_weights"):
-        TransformersPolicy(str(tiny_model_dir), device="cpu", decode_weights="int8")
+    assert torch_kernel.engine.weights is None
 
 
 @pytest.mark.skipif(int_dot_path() == "none", reason="no AVX2 or AVX-512 VNNI here")
@@ -196,24 +195,20 @@ def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
     q4_wide_model_dir,
 ) -> None:
     """On a CPU without native bfloat16 the embedded options give a float32 model: its decoding
-    steps take the 4-bit copies too (float32 rows in and out), in lean steps with the compiled
+    steps take the 4-bit copies too (float32 rows in and out), in the engine's steps with the compiled
     float32 attention and the cascade (prefill: the two-bmm attention; the prefill kernel is
     bfloat16's), close to the float32 pass, and a row's reply is the same bits alone or
     batched."""
-    from agentenvs.agents.embedded import EMBEDDED_OPTIONS
+    from agentenvs.agents.models import EMBEDDED_OPTIONS
 
     fp32 = {"device": "cpu", "dtype": "float32"}
     plain = TransformersPolicy(str(q4_wide_model_dir), **fp32)
     int4 = TransformersPolicy(str(q4_wide_model_dir), **{**EMBEDDED_OPTIONS, **fp32})
-    meta = int4.run_metadata()
-    assert meta["decode_weights"] == "int4" and meta["int4_max_relative_error"] < 1e-6
-    assert (meta["int4_kernel"], meta["lm_head"], meta["decode_step"]) == (
-        "compiled",
-        "int8",
-        "lean",
-    )
-    assert (meta["decode_attention"], meta["prefill_attention"]) == ("kernel", "bmm")
-    assert meta["cascade"] and "bfloat16" in meta["prefill_kernel_error"]
+    line = int4.run_metadata()["engine"]
+    assert int4.engine.weights.report.max_relative_error < 1e-6
+    assert "4-bit weights (compiled + 8-bit head" in line
+    assert int4.engine.kernel_attention and not int4.engine.kernel_prefill
+    assert int4.engine.cascade and "prefill kernel is for bfloat16" in line
     batched = int4.generate(CONVERSATIONS, GREEDY)
     assert teacher_forced_diff(plain, CONVERSATIONS, batched) < 0.05
     for i, conversation in enumerate(CONVERSATIONS):
@@ -223,14 +218,15 @@ def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
 
 @pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")
 def test_cascade_keeps_log_probs_rows_and_turns(tiny_model_dir) -> None:
-    cascade = TransformersPolicy(str(tiny_model_dir), **BF16, decode_attention="bmm")
+    cascade = TransformersPolicy(str(tiny_model_dir), **BF16, cpu_engine=BMM)
     separate = TransformersPolicy(
-        str(tiny_model_dir), **BF16, decode_attention="bmm", cascade=False
+        str(tiny_model_dir),
+        **BF16,
+        cpu_engine=EngineSettings(**{**BMM.__dict__, "cascade": False}),
     )
-    assert cascade.run_metadata()["cascade"] and not separate.run_metadata()["cascade"]
     sampled = SamplingParams(max_new_tokens=16, seed=7)
     got = cascade.generate(CONVERSATIONS, sampled)
-    assert cascade.cascade_rows == len(CONVERSATIONS)
+    assert cascade.engine.cascade_rows == len(CONVERSATIONS)
     assert teacher_forced_diff(cascade, CONVERSATIONS, got) < 0.05
     want = separate.generate(CONVERSATIONS, GREEDY)
     batched = cascade.generate(CONVERSATIONS, GREEDY)

@@ -1,7 +1,7 @@
-"""The compiled decoding attention (agents/backends/cpu_kernels.py): close to a float32 pass, a
+"""The compiled decoding attention (agents/backends/cpu/kernels.py): close to a float32 pass, a
 row's output the same bits alone, batched, padded, split at a shared prefix or not, at any
 thread count, on AMX tiles and on the vector path; the compiled prefill attention; the
-backend's ``decode_attention="kernel"``, and its fallback without a compiler."""
+engine's kernel attention in the backend, and its fallback without a compiler."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from agentenvs.agents.backends import cpu_attention, cpu_kernels
+from agentenvs.agents.backends.cpu import attention as cpu_attention
+from agentenvs.agents.backends.cpu import kernels as cpu_kernels
+from agentenvs.agents.backends.cpu.engine import EngineSettings
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 from agentenvs.agents.policy import SamplingParams
 
@@ -179,7 +180,7 @@ def _prefill_reference(query, keys, values, layout, scale):
 
 
 def test_prefill_kernel_matches_float32_whatever_the_cut_or_company() -> None:
-    """Chunks end to end in one sequence (``prefill_rows``' 6-number entries): each within the
+    """Chunks end to end in one sequence (``rows_attention``'s 6-number entries): each within the
     bfloat16 output's rounding of a float32 pass, and a query's result the same bits in a chunk
     alone, with other chunks, or with its prompt cut elsewhere."""
     if not cpu_kernels.tiles_available():
@@ -204,8 +205,7 @@ def test_prefill_kernel_matches_float32_whatever_the_cut_or_company() -> None:
     assert nothing.shape == got.shape and nothing.abs().max() == 0  # no chunk: zeros
     four = [(key_row, start, stop, new) for key_row, start, stop, new, _, _ in layout]
     padded = query.expand(3, -1, -1, -1).contiguous()  # 4-number entries: row r, its last `new`
-    with cpu_attention.prefill_rows(four, kernel=True):  # the backend's way in
-        by_rows = cpu_attention._rows_attention(padded, keys, values, four, 0.125)
+    by_rows = cpu_attention.rows_attention(padded, keys, values, four, 0.125, kernel=True)
     assert torch.equal(by_rows[2, 70 - 51 :], got[0, 19:])
 
 
@@ -213,10 +213,10 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
     """With 4-bit decoding weights (whose products are row-independent: oneDNN's bfloat16
     ``linear`` is not, for some row counts on AMX CPUs) a row's reply is the same bits alone or
     batched, with or without the cascade's split."""
-    bf16 = {"device": "cpu", "dtype": "bfloat16", "decode_weights": "int4"}
-    kernel = TransformersPolicy(str(tiny_model_dir), **bf16, decode_attention="kernel")
-    assert kernel.run_metadata()["decode_attention"] == "kernel"
-    assert "decode_kernel_error" not in kernel.run_metadata()
+    kernel_settings = EngineSettings(sampler="torch")
+    bf16 = {"device": "cpu", "dtype": "bfloat16"}
+    kernel = TransformersPolicy(str(tiny_model_dir), **bf16, cpu_engine=kernel_settings)
+    assert kernel.engine.kernel_attention
     greedy = SamplingParams(temperature=0, max_new_tokens=16)
     batched = kernel.generate(CONVERSATIONS, greedy)
     assert teacher_forced_diff(kernel, CONVERSATIONS, batched) < 0.05
@@ -224,19 +224,23 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
         alone = kernel.generate([conversation], greedy)[0]
         assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
     no_cascade = TransformersPolicy(
-        str(tiny_model_dir), **bf16, decode_attention="kernel", cascade=False
+        str(tiny_model_dir), **bf16, cpu_engine=EngineSettings(sampler="torch", cascade=False)
     )
     assert no_cascade.generate(CONVERSATIONS, greedy) == batched  # the split changes nothing
-    bmm = TransformersPolicy(str(tiny_model_dir), **bf16, decode_attention="bmm")
+    bmm = TransformersPolicy(
+        str(tiny_model_dir),
+        **bf16,
+        cpu_engine=EngineSettings(decode_attention="bmm", sampler="torch"),
+    )
     assert logprob_gap(bmm.generate(CONVERSATIONS, greedy), batched) < 0.05
     fp16 = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="float16", decode_attention="kernel"
+        str(tiny_model_dir), device="cpu", dtype="float16", cpu_engine=kernel_settings
     )
-    meta = fp16.run_metadata()  # the kernel is bfloat16's and float32's: float16 takes bmm
-    assert meta["decode_attention"] == "bmm" and "float32" in meta["decode_kernel_error"]
+    line = fp16.run_metadata()["engine"]  # the kernel is bfloat16's and float32's
+    assert not fp16.engine.kernel_attention and "float32" in line
 
 
-def test_without_a_compiler_the_backend_keeps_the_bmm_path(
+def test_without_a_compiler_the_engine_keeps_the_bmm_path(
     tiny_model_dir, tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setattr(cpu_kernels, "_STATE", {})
@@ -244,11 +248,10 @@ def test_without_a_compiler_the_backend_keeps_the_bmm_path(
     monkeypatch.setenv("AGENTENVS_CACHE", str(tmp_path / "cache"))
     assert cpu_kernels.load() is None
     assert "no-such-compiler" in cpu_kernels.load_error()
-    policy = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="bfloat16", decode_attention="kernel"
-    )
-    meta = policy.run_metadata()
-    assert meta["decode_attention"] == "bmm" and "no-such-compiler" in meta["decode_kernel_error"]
+    policy = TransformersPolicy(str(tiny_model_dir), device="cpu", cpu_engine="auto")
+    line = policy.run_metadata()["engine"]
+    assert not policy.engine.kernel_attention and not policy.engine.compiled_sampler
+    assert line.startswith("cpu engine:") and "no-such-compiler" in line
     outs = policy.generate(CONVERSATIONS, SamplingParams(temperature=0, max_new_tokens=8))
     assert all(o.token_ids for o in outs)
 
@@ -286,7 +289,7 @@ def test_int4_product_matches_float32_and_gives_a_row_the_same_bits(n, k, dtype)
 
 
 def test_int8_product_matches_float32_and_gives_a_row_the_same_bits() -> None:
-    from agentenvs.agents.backends.cpu_int4 import quantize_q8
+    from agentenvs.agents.backends.cpu.int4 import quantize_q8
 
     g = torch.Generator().manual_seed(4)
     grid = torch.randint(-127, 128, (192, 96), generator=g).float()
@@ -331,25 +334,30 @@ def test_int4_product_refuses_shapes_it_does_not_take() -> None:
 def test_compiled_sampler_inverts_the_same_distribution_as_torch(temperature) -> None:
     """The same uniform draws give the tokens torch's softmax-cumsum-search gives (up to ties
     at a cumulative boundary: none in 1,500 draws here) and the temperature-1 log-probs."""
+    from agentenvs.agents.backends.cpu.engine import CpuEngine
     from agentenvs.agents.backends.hf_loading import sample_with_logprobs
+
+    engine = CpuEngine.__new__(CpuEngine)  # the sampler alone: no model needed
+    engine.compiled_sampler = True
+
+    def compiled(logits, sampling, generator):
+        return engine.sample(logits, sampling, generator)
 
     logits = torch.randn((3, 997), generator=torch.Generator().manual_seed(2)) * 3
     logits[1, 5] = 40.0  # one row nearly certain
     sampling = SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=1)
     ours, theirs = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     for _ in range(500):
-        tokens, logprobs = sample_with_logprobs(logits, sampling, ours, compiled=True)
-        want, want_logprobs = sample_with_logprobs(logits, sampling, theirs, compiled=False)
+        tokens, logprobs = compiled(logits, sampling, ours)
+        want, want_logprobs = sample_with_logprobs(logits, sampling, theirs)
         assert torch.equal(tokens, want)
         assert torch.allclose(logprobs, want_logprobs, atol=1e-5)
     per_row = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
     alone = [
-        sample_with_logprobs(
-            logits[i : i + 1], sampling, [torch.Generator().manual_seed(s)], compiled=True
-        )[0].item()
+        compiled(logits[i : i + 1], sampling, [torch.Generator().manual_seed(s)])[0].item()
         for i, s in enumerate((1, 2, 3))
     ]
-    assert sample_with_logprobs(logits, sampling, per_row, compiled=True)[0].tolist() == alone
+    assert compiled(logits, sampling, per_row)[0].tolist() == alone
 
 
 def test_a_new_build_prunes_all_but_the_most_recently_used(tmp_path, monkeypatch) -> None:

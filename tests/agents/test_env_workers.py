@@ -21,19 +21,17 @@ import time
 
 import pytest
 
-from agentenvs.registration import make
-from agentenvs.agents.envpool import InProcessEnvs, ProcessPoolEnvs, make_env_runner
 from agentenvs.agents.envworkers import (
     EnvWorkerError,
     EnvWorkersSpec,
     EnvWorkersSpecError,
-    InProcessPool,
     ProcessPool,
     make_env_pool,
     parse_env_workers,
 )
-from agentenvs.agents.policy import Completion, Policy, make_policy
+from agentenvs.agents.policy import Completion, Policy
 from agentenvs.agents.prompts import format_reply
+from agentenvs.agents.registry import make_policy
 from agentenvs.agents.rollout import (
     RolloutConfig,
     RolloutStats,
@@ -41,6 +39,7 @@ from agentenvs.agents.rollout import (
     plan_episodes,
     run_rollouts,
 )
+from agentenvs.registration import make
 
 from .conftest import cut_spec
 
@@ -157,15 +156,6 @@ def test_parse_env_workers() -> None:
     for bad in ("threads:2", "process@auto", "ray:0", "-1", "inprocess:2", "ray:x"):
         with pytest.raises(EnvWorkersSpecError, match="Valid forms: inprocess"):
             parse_env_workers(bad)
-
-
-def test_old_envpool_names_still_work() -> None:
-    assert InProcessEnvs is InProcessPool and ProcessPoolEnvs is ProcessPool
-    runner = make_env_runner(TC, 0, ENV_KWARGS)
-    assert isinstance(runner, InProcessPool)
-    observation, info = runner.reset([(0, _tasks(1)[0])])[0]
-    assert "Goal:" in observation and runner.release(0) == []
-    runner.close()
 
 
 def test_ray_is_optional() -> None:

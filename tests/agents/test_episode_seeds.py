@@ -14,7 +14,7 @@ from agentenvs.agents.rollout import RolloutConfig, episode_seed, plan_episodes,
 
 from .conftest import CONVERSATIONS
 
-BMM = {"device": "cpu", "dtype": "bfloat16", "decode_attention": "bmm", "prefill_attention": "bmm"}
+ENGINE = {"device": "cpu", "dtype": "bfloat16", "cpu_engine": "auto"}
 
 
 def test_episode_seed_is_fixed_per_seed_key_and_turn() -> None:
@@ -34,7 +34,7 @@ def test_row_seed() -> None:
 
 @pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")
 def test_seeded_rows_sample_alone_what_they_sample_batched(tiny_model_dir) -> None:
-    policy = TransformersPolicy(str(tiny_model_dir), **BMM)
+    policy = TransformersPolicy(str(tiny_model_dir), **ENGINE)
     sampling = SamplingParams(max_new_tokens=12)
     seeds = [101, 202, 303]
     batched = policy.generate(CONVERSATIONS, sampling, seeds=seeds)
@@ -52,7 +52,7 @@ def test_episode_seeds_make_max_active_irrelevant(tiny_model_dir) -> None:
     """TextCraft, 4 episodes x 3 turns sampled: batched and one at a time sample the same
     tokens with episode seeds (log-probs equal up to float summation order where a row's left
     padding differs); with one seed per call they do not."""
-    policy = TransformersPolicy(str(tiny_model_dir), **BMM)
+    policy = TransformersPolicy(str(tiny_model_dir), **ENGINE)
     plan = plan_episodes(["agentgym/0", "agentgym/1"], 2)
     sampling = SamplingParams(max_new_tokens=16, seed=5)
 

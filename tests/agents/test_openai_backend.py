@@ -15,8 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agentenvs.agents.backends.openai_backend import BackendAuthError, BackendModelError, OpenAIPolicy
-from agentenvs.agents.policy import BackendError, BackendUnavailableError, SamplingParams, make_policy
+from agentenvs.agents.backends.openai_backend import (
+    BackendAuthError,
+    BackendModelError,
+    OpenAIPolicy,
+)
+from agentenvs.agents.policy import BackendError, BackendUnavailableError, SamplingParams
+from agentenvs.agents.registry import make_policy
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
 KEY = "sk-test-123"

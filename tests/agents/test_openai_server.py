@@ -30,10 +30,10 @@ pytest.importorskip("fastapi", reason=NEEDS)
 pytest.importorskip("uvicorn", reason=NEEDS)
 pytest.importorskip("openai", reason=NEEDS)  # transformers serve's request types
 
-from agentenvs.cli import main as cli_main  # noqa: E402
-from agentenvs.agents.policy import make_policy  # noqa: E402
+from agentenvs.agents.registry import make_policy  # noqa: E402
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts  # noqa: E402
 from agentenvs.agents.trajectory import read_trajectories  # noqa: E402
+from agentenvs.cli import main as cli_main  # noqa: E402
 
 TRANSFORMERS_CLI = shutil.which("transformers") or str(
     Path(os.sys.executable).with_name("transformers")

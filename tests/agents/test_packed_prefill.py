@@ -1,5 +1,5 @@
-"""Short prefills on CPU in bfloat16 (``prefill_attention="bmm"``): each row's attention over its
-own positions with two bmm products (cpu_attention.prefill_rows), every row's next chunk end to
+"""The CPU engine's prefill in bfloat16: each row's attention over its own positions with two bmm
+products (cpu.attention.rows_attention) or the compiled kernel, every row's next chunk end to
 end in one forward pass (prefill._packed_passes, kv_cache.packed_cache): log-probs close to a
 teacher-forced pass, a row's result the same bit for bit alone or packed, cached turns as fresh
 ones."""
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agentenvs.agents.backends import cpu_attention, prefill
-from agentenvs.agents.backends.cpu_attention import _rows_attention
+from agentenvs.agents.backends import prefill
+from agentenvs.agents.backends.cpu import attention as cpu_attention
+from agentenvs.agents.backends.cpu.attention import rows_attention as _rows_attention
+from agentenvs.agents.backends.cpu.engine import EngineSettings
 from agentenvs.agents.backends.kv_cache import writes_in_place
 from agentenvs.agents.backends.prefill import aligned_width
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
@@ -19,7 +20,10 @@ from agentenvs.agents.policy import SamplingParams
 from .conftest import CONVERSATIONS, SYSTEM, logprob_gap, teacher_forced_diff
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
-BMM = {"device": "cpu", "dtype": "bfloat16", "decode_attention": "bmm", "prefill_attention": "bmm"}
+BMM_ENGINE = EngineSettings(
+    decode_attention="bmm", prefill_attention="bmm", decode_weights="model", sampler="torch"
+)
+BMM = {"device": "cpu", "dtype": "bfloat16", "cpu_engine": BMM_ENGINE}
 needs_buffers = pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 caches")
 
 
@@ -72,11 +76,10 @@ def test_rows_attention_reads_each_rows_own_positions() -> None:
 @needs_buffers
 def test_packed_prefill_keeps_rows_log_probs_and_turns(tiny_model_dir) -> None:
     policy = TransformersPolicy(str(tiny_model_dir), **BMM)
-    meta = policy.run_metadata()
-    assert (meta["prefill_attention"], meta["decode_attention"]) == ("bmm", "bmm")
+    assert not (policy.engine.kernel_prefill or policy.engine.kernel_attention)
     sampled = SamplingParams(max_new_tokens=12, seed=3)
     got = policy.generate(CONVERSATIONS, sampled)
-    assert policy.packed_rows > 0  # the rows past the shared system prompt ran packed
+    assert policy.engine.packed_rows > 0  # the rows past the shared system prompt ran packed
     assert teacher_forced_diff(policy, CONVERSATIONS, got) < 0.05
     batched = policy.generate(CONVERSATIONS, GREEDY)
     for i, conversation in enumerate(CONVERSATIONS):
@@ -96,9 +99,9 @@ def test_packed_prefill_keeps_rows_log_probs_and_turns(tiny_model_dir) -> None:
         ]
         for i, (c, o) in enumerate(zip(CONVERSATIONS, first, strict=True))
     ]
-    packed_before = policy.packed_rows
+    packed_before = policy.engine.packed_rows
     cached = policy.generate(turn_2, GREEDY, keys=keys)
-    assert policy.cache_stats.reused_tokens > 0 and policy.packed_rows > packed_before
+    assert policy.cache_stats.reused_tokens > 0 and policy.engine.packed_rows > packed_before
     policy.clear_cache()
     for i, conversation in enumerate(turn_2):
         alone = policy.generate([conversation], GREEDY)[0]
@@ -125,22 +128,6 @@ def test_long_prompts_run_in_chunks_packed_with_short_ones(tiny_model_dir, monke
         assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
 
 
-def test_prefill_attention_option(tiny_model_dir) -> None:
-    with pytest.raises(ValueError, match="prefill_attention"):
-        TransformersPolicy(str(tiny_model_dir), device="cpu", prefill_attention="flash")
-    bf16 = {"device": "cpu", "dtype": "bfloat16"}
-    assert TransformersPolicy(str(tiny_model_dir), **bf16).run_metadata()["prefill_attention"] == (
-        "sdpa"
-    )  # the default
-    plain = TransformersPolicy(str(tiny_model_dir), **BMM, decode="plain")
-    assert plain.run_metadata()["prefill_attention"] == "sdpa"
-    fp32 = TransformersPolicy(str(tiny_model_dir), **{**BMM, "dtype": "float32"})
-    assert fp32.run_metadata()["prefill_attention"] == "bmm"  # float32 too (the AVX2 case)
-    only_prefill = TransformersPolicy(str(tiny_model_dir), **bf16, prefill_attention="bmm")
-    meta = only_prefill.run_metadata()
-    assert (meta["prefill_attention"], meta["decode_attention"]) == ("bmm", "sdpa")
-
-
 @pytest.fixture(scope="module")
 def wide_head_model_dir(tmp_path_factory):
     """A tiny model with heads of 64, the compiled prefill kernel's size."""
@@ -152,15 +139,16 @@ def wide_head_model_dir(tmp_path_factory):
 
 @needs_buffers
 def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_dir) -> None:
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
-    kernel = {**BMM, "prefill_attention": "kernel", "decode_attention": "kernel"}
+    settings = EngineSettings(decode_weights="model", sampler="torch")  # the kernels' attention
+    kernel = {**BMM, "cpu_engine": settings}
     policy = TransformersPolicy(str(wide_head_model_dir), **kernel)
-    meta = policy.run_metadata()
+    line = policy.run_metadata()["engine"]
     if not cpu_kernels.tiles_available():
-        assert meta["prefill_attention"] == "bmm" and "tiles" in meta["prefill_kernel_error"]
-        pytest.skip("no AMX tiles here: the option falls back to bmm")
-    assert meta["prefill_attention"] == "kernel" and "prefill_kernel_error" not in meta
+        assert not policy.engine.kernel_prefill and "tiles" in line
+        pytest.skip("no AMX tiles here: the engine falls back to the two-bmm prefill")
+    assert policy.engine.kernel_prefill and "prefill attention" not in line
     got = policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=12, seed=3))
     assert teacher_forced_diff(policy, CONVERSATIONS, got) < 0.05
     batched = policy.generate(CONVERSATIONS, GREEDY)
@@ -179,5 +167,11 @@ def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_
     for i, conversation in enumerate(turn_2):
         alone = policy.generate([conversation], GREEDY)[0]
         assert (alone.token_ids, alone.logprobs) == (cached[i].token_ids, cached[i].logprobs)
-    bmm = TransformersPolicy(str(wide_head_model_dir), **{**kernel, "prefill_attention": "bmm"})
+    bmm = TransformersPolicy(
+        str(wide_head_model_dir),
+        **{
+            **kernel,
+            "cpu_engine": EngineSettings(**{**settings.__dict__, "prefill_attention": "bmm"}),
+        },
+    )
     assert logprob_gap(bmm.generate(CONVERSATIONS, GREEDY), batched) < 0.05

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 
-from agentenvs.registration import make
-from agentenvs.agents.experts.base import make_expert
 from agentenvs.agents.play import HELP, PlaySession
+from agentenvs.expert import make_expert
+from agentenvs.registration import make
 
 
 def _session(show_hint: bool) -> tuple[PlaySession, io.StringIO]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentenvs.agents.policy import PolicyError, SamplingParams, make_policy, parse_spec
+from agentenvs.agents.policy import PolicyError, SamplingParams
+from agentenvs.agents.registry import make_policy, parse_spec
 from agentenvs.agents.scripted import ExpertPolicy, RandomPolicy
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agentenvs.agents import prompt_templates as T
 from agentenvs.agents.prompts import (
     PROMPTS,
     Conversation,
     PastStep,
     UnknownPromptError,
+    alfworld,
     default_history,
     env_prompt,
     format_error_feedback,
@@ -17,7 +17,9 @@ from agentenvs.agents.prompts import (
     parse_action,
     prompt_messages,
     render_observation,
+    sokoban,
     system_prompt,
+    webshop,
 )
 
 ALL_IDS = ["TextCraft-v0", "BabyAI-Text-v0", "ALFWorld-v0", "WebShop-v0", "Sokoban-v0"]
@@ -42,8 +44,8 @@ def test_paper_and_verl_agent_texts() -> None:
     # verl-agent's templates are user messages: no system prompt, and kept to the character.
     assert system_prompt("Sokoban-v0") == system_prompt("WebShop-v0") == ""
     assert (
-        "observaitons" in T.SOKOBAN_TEMPLATE
-        and "e\u2011commerce environment. \n" in T.WEBSHOP_TEMPLATE_NO_HIS
+        "observaitons" in sokoban.SOKOBAN_TEMPLATE
+        and "e\u2011commerce environment. \n" in webshop.WEBSHOP_TEMPLATE_NO_HIS
     )
     assert default_history("WebShop-v0") == 2 and default_history("Sokoban-v0") == 3
     assert default_history("TextCraft-v0") is None
@@ -83,7 +85,7 @@ def test_format_error_feedback_names_the_format(env_id: str) -> None:
 
 def test_alfworld_first_turn_has_the_fixed_user_message() -> None:
     first = render_observation("ALFWorld-v0", "You are in a room.\nYour task is to: x.", first=True)
-    assert first == f"{T.ALFWORLD_USER}\n\nYou are in a room.\nYour task is to: x."
+    assert first == f"{alfworld.ALFWORLD_USER}\n\nYou are in a room.\nYour task is to: x."
     assert render_observation("ALFWorld-v0", "Nothing happens.") == "Nothing happens."
 
 
@@ -96,7 +98,7 @@ def test_sokoban_history_lines_are_verl_agents() -> None:
     )
     assert "You are now at step 4 and your current observation is:\n#S#\n" in text
     assert "Observation 1" not in text
-    assert render_observation("Sokoban-v0", "#P#") == T.SOKOBAN_TEMPLATE_NO_HIS.format(
+    assert render_observation("Sokoban-v0", "#P#") == sokoban.SOKOBAN_TEMPLATE_NO_HIS.format(
         current_observation="#P#"
     )
 
@@ -187,7 +189,7 @@ def test_alfworld_verl_agent_template_lists_admissible_actions() -> None:
         info,
         prompt="alfworld-verl-agent",
     )
-    assert first == T.ALFWORLD_TEMPLATE_NO_HIS.format(
+    assert first == alfworld.ALFWORLD_TEMPLATE_NO_HIS.format(
         current_observation="You are in a room.\nYour task is to: put a pen on desk.",
         admissible_actions="'go to desk 1'\n 'look'",
     )
@@ -214,6 +216,6 @@ def test_alfworld_agentgym_prompt_appends_the_available_actions() -> None:
     )
     assert text == "On the desk 1, you see a pen 1.\nAVAILABLE ACTIONS: go to desk 1,look"
     first = render_observation("ALFWorld-v0", "Room.", info, first=True, prompt="alfworld-agentgym")
-    assert first.startswith(T.ALFWORLD_USER + "\n\nRoom.\nAVAILABLE ACTIONS: ")
+    assert first.startswith(alfworld.ALFWORLD_USER + "\n\nRoom.\nAVAILABLE ACTIONS: ")
     assert render_observation("ALFWorld-v0", "Room.", {}, prompt="alfworld-agentgym") == "Room."
-    assert system_prompt("ALFWorld-v0", "alfworld-agentgym") == T.ALFWORLD_SYSTEM
+    assert system_prompt("ALFWorld-v0", "alfworld-agentgym") == alfworld.ALFWORLD_SYSTEM

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agentenvs.agents.parsing import PARSERS, get_parser, parse_agentgym_alfworld, project_verl_agent
+from agentenvs.agents.parsing import (
+    PARSERS,
+    get_parser,
+    parse_agentgym_alfworld,
+    project_verl_agent,
+)
 from agentenvs.agents.policy import Completion, Policy
 from agentenvs.agents.prompts import NAMED_PROMPTS, env_prompt
 from agentenvs.agents.protocols import (
@@ -101,7 +106,7 @@ def test_agentgym_alfworld_parser() -> None:
 
 
 def _expert_run(env_id: str, protocol: str, tasks: list[str], mode: str = "eval"):
-    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.registry import make_policy
 
     setup = env_protocol(protocol, env_id)
     config = RolloutConfig(protocol=protocol, max_turns=setup.turns(mode))
@@ -212,7 +217,7 @@ def test_ptgpo_projects_invalid_replies_and_steps_them() -> None:
 
 
 def test_prefix_grpo_answers_unparseable_replies_without_stepping() -> None:
-    from agentenvs.agents import prompt_templates as T
+    from agentenvs.agents.prompts import textcraft as T
 
     policy = _ScriptedReplies(["I am not sure what to do.\nMaybe look around?"])
     config = RolloutConfig(protocol="prefix-grpo", max_turns=2)

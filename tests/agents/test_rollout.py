@@ -7,14 +7,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentenvs.registration import make
-from agentenvs.agents import prompt_templates as T
 from agentenvs.agents.parsing import get_parser
-from agentenvs.agents.policy import Completion, Policy, SamplingParams, make_policy
+from agentenvs.agents.policy import Completion, Policy, SamplingParams
 from agentenvs.agents.prompts import format_reply, parse_action, prompt_messages
+from agentenvs.agents.prompts import textcraft as T
 from agentenvs.agents.protocols import env_protocol
-from agentenvs.agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, plan_episodes, run_rollouts
-from agentenvs.agents.trajectory import Trajectory
+from agentenvs.agents.registry import make_policy
+from agentenvs.agents.rollout import (
+    EpisodeSpec,
+    RolloutConfig,
+    RolloutStats,
+    plan_episodes,
+    run_rollouts,
+)
+from agentenvs.agents.trajectory import Trajectory, TrajectoryFormatError
+from agentenvs.registration import make
 
 from .conftest import cut_spec, has_expert, registered_envs
 
@@ -214,17 +221,18 @@ def test_cut_starts_need_a_chat_prompt_and_well_formed_messages() -> None:
     assert not EpisodeSpec("t", "g", 0).is_cut_start and EpisodeSpec("t", "g", 0).turns_before == 0
 
 
-def test_version_1_trajectories_still_read() -> None:
-    """Schema 2 added ``protocol`` and ``variant``; a version-1 line reads with both None."""
+def test_version_1_trajectories_are_refused_naming_their_writer() -> None:
+    """Schema 2 added ``protocol`` and ``variant``; a version-1 line is one clear error."""
     line = (
         '{"schema_version": 1, "env_id": "TextCraft-v0", "task_id": "agentgym/0", "family": '
         '"depth-1", "group_id": "agentgym/0", "sample_index": 0, "agent": "expert", '
         '"messages": [], "steps": [{"anchor": "a", "action": "inventory", "observation": "b", '
         '"reward": 0.0, "valid": true}]}'
     )
-    traj = Trajectory.from_json(line)
-    assert (traj.schema_version, traj.protocol, traj.variant) == (1, None, None)
-    assert traj.actions == ["inventory"]
+    written_by = "schema_version 1 .written by agentenvs 0.1.0"
+    with pytest.raises(TrajectoryFormatError, match=written_by) as info:
+        Trajectory.from_json(line)
+    assert "\n" not in str(info.value)
     new = Trajectory.from_json(Trajectory("E", "t", "f", "g", 0, "a", variant={"x": 1}).to_json())
     assert new.schema_version == 2 and new.variant == {"x": 1}
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agentenvs.registration import make
 from agentenvs.agents.backends.kv_cache import PrefixCache, common_prefix_length
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy, left_pad, sample_next
 from agentenvs.agents.policy import SamplingParams
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
+
+from agentenvs.registration import make
 
 from .conftest import CONVERSATIONS, SYSTEM, logprob_gap, teacher_forced_diff
 
@@ -287,19 +287,21 @@ def test_rows_finishing_early_leave_the_batch_without_changing_any_output(
 
 
 # --------------------------------------------------------------------------------------------
-# bfloat16 decoding attention on CPU (agents/backends/cpu_attention.py)
+# bfloat16 attention on CPU with the engine's two-bmm path (agents/backends/cpu/attention.py)
 
 
 def test_bmm_decode_attention_keeps_log_probs_rows_and_seeds(tiny_model_dir) -> None:
-    """bfloat16 on CPU: one-token steps use the two-bmm attention; every log-prob is close to
-    the teacher-forced one (within bfloat16 rounding of the scores, and as close as SDPA's),
-    a row's reply does not depend on the rest of the batch, and a seed repeats bit for bit."""
-    fast = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="bfloat16", decode_attention="bmm"
+    """bfloat16 on CPU: the engine's two-bmm attention; every log-prob is close to the
+    teacher-forced one (within bfloat16 rounding of the scores, and as close as SDPA's), a
+    row's reply does not depend on the rest of the batch, and a seed repeats bit for bit."""
+    from agentenvs.agents.backends.cpu.engine import EngineSettings
+
+    bmm = EngineSettings(
+        decode_attention="bmm", prefill_attention="bmm", decode_weights="model", sampler="torch"
     )
+    fast = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="bfloat16", cpu_engine=bmm)
     sdpa = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="bfloat16")
-    assert fast.run_metadata()["decode_attention"] == "bmm"
-    assert sdpa.run_metadata()["decode_attention"] == "sdpa"
+    assert fast.engine is not None and sdpa.engine is None
     sampled = SamplingParams(max_new_tokens=16, seed=7)
     outs = fast.generate(CONVERSATIONS, sampled)
     assert all(len(o.token_ids) == len(o.logprobs) >= 1 for o in outs)
@@ -316,23 +318,8 @@ def test_bmm_decode_attention_keeps_log_probs_rows_and_seeds(tiny_model_dir) -> 
     assert logprob_gap(reference, batched) < 0.05
 
 
-def test_decode_attention_option(tiny_model_dir) -> None:
-    with pytest.raises(ValueError, match="decode_attention"):
-        TransformersPolicy(str(tiny_model_dir), device="cpu", decode_attention="flash")
-    bf16 = {"device": "cpu", "dtype": "bfloat16"}
-    assert TransformersPolicy(str(tiny_model_dir), **bf16).run_metadata()["decode_attention"] == (
-        "sdpa"
-    )  # the default
-    plain = TransformersPolicy(str(tiny_model_dir), **bf16, decode="plain", decode_attention="bmm")
-    assert plain.run_metadata()["decode_attention"] == "sdpa"
-    fp32 = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="float32", decode_attention="bmm"
-    )
-    assert fp32.run_metadata()["decode_attention"] == "bmm"  # float32 too (the AVX2 case)
-
-
 def test_bmm_attention_reads_whole_buffers_only_from_their_start() -> None:
-    from agentenvs.agents.backends.cpu_attention import _whole_buffer
+    from agentenvs.agents.backends.cpu.attention import _whole_buffer
 
     buffer = torch.zeros(2, 3, 40, 8, dtype=torch.bfloat16)
     whole = _whole_buffer(buffer[:, :, :25])

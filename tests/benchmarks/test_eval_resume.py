@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from agentenvs.cli import main as cli_main
-from agentenvs.agents.trajectory import TrajectoryFormatError, drop_truncated_tail, read_trajectories
+from agentenvs.agents.trajectory import (
+    TrajectoryFormatError,
+    drop_truncated_tail,
+    read_trajectories,
+)
 from agentenvs.benchmarks.evaluate import EvalSettings, evaluate, resume_command
+from agentenvs.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"env_id": "TextCraft-v0", "agent": "random:1", "k": 2, "limit": 3, "max_turns": 3}
@@ -132,7 +136,7 @@ def test_ctrl_c_saves_finished_episodes_and_prints_the_resume_command(tmp_path) 
     assert len(keys) == len(set(keys)) == 400
 
 
-BMM = {"device": "cpu", "dtype": "bfloat16", "decode_attention": "bmm", "prefill_attention": "bmm"}
+ENGINE = {"device": "cpu", "dtype": "bfloat16", "cpu_engine": "auto"}
 
 
 def _replies(path: Path) -> dict:
@@ -145,7 +149,7 @@ def _replies(path: Path) -> dict:
 def test_a_resumed_llm_eval_samples_what_an_unbroken_one_does(tmp_path) -> None:
     """Sampled replies (tiny model, temperature 1): with per-episode seeds (the default) an eval
     interrupted after 2 of 4 episodes and resumed one episode at a time writes the unbroken
-    run's replies; with one seed per call (``seeding="call"``) it does not."""
+    run's replies."""
     from agentenvs.agents.backends.kv_cache import writes_in_place
     from agentenvs.agents.tiny_model import build_tiny_model
 
@@ -153,7 +157,7 @@ def test_a_resumed_llm_eval_samples_what_an_unbroken_one_does(tmp_path) -> None:
         pytest.skip("needs transformers 5 buffer caches")
     model = build_tiny_model(tmp_path / "tiny")
 
-    def settings(seeding: str, max_active: int = 8) -> EvalSettings:
+    def settings(max_active: int = 8) -> EvalSettings:
         return EvalSettings(
             "TextCraft-v0",
             f"hf:{model}",
@@ -163,32 +167,29 @@ def test_a_resumed_llm_eval_samples_what_an_unbroken_one_does(tmp_path) -> None:
             max_new_tokens=12,
             temperature=1.0,
             top_p=1.0,
-            seeding=seeding,
             max_active=max_active,
-            agent_options=BMM,
+            agent_options=ENGINE,
         )
 
-    same = {}
-    for seeding in ("episode", "call"):
-        whole = tmp_path / f"whole-{seeding}"
-        evaluate(settings(seeding), whole, progress=False)
-        cut = tmp_path / f"cut-{seeding}"
-        cut.mkdir()
-        (cut / "run.json").write_bytes((whole / "run.json").read_bytes())
-        lines = (whole / "trajectories.jsonl").read_bytes().splitlines(keepends=True)
-        assert len(lines) == 4
-        (cut / "trajectories.jsonl").write_bytes(b"".join(lines[:2]))
-        resumed = evaluate(settings(seeding, max_active=1), cut, progress=False)
-        assert resumed.new_episodes == 2
-        unbroken = _replies(whole / "trajectories.jsonl")
-        assert all(any(turns) for turns in unbroken.values())
-        same[seeding] = _replies(cut / "trajectories.jsonl") == unbroken
-        recorded = json.loads((whole / "results.json").read_text())
-        assert recorded["seeding"] == seeding and recorded["seed"] == 0
-    assert same == {"episode": True, "call": False}
+    whole = tmp_path / "whole"
+    evaluate(settings(), whole, progress=False)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "run.json").write_bytes((whole / "run.json").read_bytes())
+    lines = (whole / "trajectories.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4
+    (cut / "trajectories.jsonl").write_bytes(b"".join(lines[:2]))
+    resumed = evaluate(settings(max_active=1), cut, progress=False)
+    assert resumed.new_episodes == 2
+    unbroken = _replies(whole / "trajectories.jsonl")
+    assert all(any(turns) for turns in unbroken.values())
+    assert _replies(cut / "trajectories.jsonl") == unbroken
+    recorded = json.loads((whole / "results.json").read_text())
+    assert recorded["seeding"] == "episode" and recorded["seed"] == 0
 
 
-def test_a_run_recorded_before_seeding_existed_resumes_with_call_seeding(tmp_path) -> None:
+def test_a_run_recorded_before_seeding_existed_is_refused(tmp_path) -> None:
+    """Such a run drew one seed per generation call, which a resumed run cannot repeat."""
     out = tmp_path / "old"
     _run(out)
     run_file = out / "run.json"
@@ -198,7 +199,3 @@ def test_a_run_recorded_before_seeding_existed_resumes_with_call_seeding(tmp_pat
     run_file.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"'seeding': \('call', 'episode'\)"):
         _run(out)
-    old = evaluate(EvalSettings(**SETTINGS, seeding="call"), out, progress=False)
-    assert old.new_episodes == 0
-    with pytest.raises(ValueError, match="seeding is one of episode, call"):
-        EvalSettings(**SETTINGS, seeding="row")

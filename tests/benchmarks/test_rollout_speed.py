@@ -20,21 +20,33 @@ def test_rollout_speed_quick(tmp_path) -> None:
     assert rows[0].baseline == "one episode at a time" and abs(rows[0].ratio - speed.ratio) < 1e-9
 
 
-def test_eval_speedup_runs_both_settings_on_the_same_episodes(tmp_path) -> None:
+def test_engine_speed_runs_both_policies_on_the_same_episodes(tmp_path) -> None:
     from agentenvs.agents.tiny_model import build_tiny_model
-    from agentenvs.benchmarks.rollout_speed import measure_eval_speedup
+    from agentenvs.benchmarks.rollout_speed import measure_engine
 
-    speedup = measure_eval_speedup(
+    speed = measure_engine(
         build_tiny_model(tmp_path / "tiny"),
-        {"dtype": "fast"},
         episodes=2,
         repeats=1,
         threads=1,
         max_turns=2,
         max_new_tokens=8,
     )
-    assert speedup.before_tokens > 0 and speedup.after_tokens > 0
-    row = speedup.row()
-    assert (
-        row.baseline.startswith("float32, plain decode") and abs(row.ratio - speedup.ratio) < 1e-9
-    )
+    assert speed.engine_tokens > 0 and speed.plain_tokens > 0
+    assert speed.engine_line.startswith("cpu engine: ")
+    row = speed.row()
+    assert row.baseline.startswith("plain backend") and abs(row.ratio - speed.ratio) < 1e-9
+
+
+def test_write_doc_replaces_only_the_measured_section(tmp_path) -> None:
+    from agentenvs.benchmarks.rollout_speed import DOC_END, DOC_START, write_doc
+
+    page = tmp_path / "cpu-engine.md"
+    page.write_text(f"# The engine\n\nhistory\n\n{DOC_START}\nold table\n{DOC_END}\n\nmore\n")
+    write_doc(page, "new table")
+    text = page.read_text()
+    assert "old table" not in text and "new table" in text
+    assert text.startswith("# The engine\n\nhistory") and text.endswith("more\n")
+    fresh = tmp_path / "new.md"
+    write_doc(fresh, "first")
+    assert fresh.read_text() == f"{DOC_START}\nfirst\n{DOC_END}\n"

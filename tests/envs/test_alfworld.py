@@ -25,9 +25,9 @@ pytest.importorskip("textworld")
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from agentenvs.alfworld import ALFWorldEnv, data  # noqa: E402
+from agentenvs.alfworld.expert import ALFWorldExpert  # noqa: E402
 from agentenvs.core import SnapshotError  # noqa: E402
-from agentenvs.agents.experts.alfworld import ALFWorldExpert  # noqa: E402
-from agentenvs.agents.experts.base import ExpertFailure, make_expert  # noqa: E402
+from agentenvs.expert import ExpertFailure, make_expert  # noqa: E402
 
 LOOK_TASK = (
     "alfworld/valid_unseen/look_at_obj_in_light-AlarmClock-None-DeskLamp-308/"

@@ -14,7 +14,7 @@ pytest.importorskip("textworld")
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from agentenvs.alfworld import ALFWorldEnv, data  # noqa: E402
-from agentenvs.agents.experts.alfworld import ALFWorldExpert  # noqa: E402
+from agentenvs.alfworld.expert import ALFWorldExpert  # noqa: E402
 
 _INDEX = data.games_index()
 

@@ -24,9 +24,9 @@ pytest.importorskip("textworld")
 
 import agentenvs  # noqa: E402, F401  (registers the ids)
 from agentenvs.alfworld import ALFWorldEnv, data, versions  # noqa: E402
+from agentenvs.alfworld.expert import ALFWorldExpert, thought_for  # noqa: E402
 from agentenvs.alfworld.observation import parse_fields  # noqa: E402
 from agentenvs.core import SnapshotError  # noqa: E402
-from agentenvs.agents.experts.alfworld import ALFWorldExpert, thought_for  # noqa: E402
 
 # The example (valid_unseen): heat a potato, put it in the garbage can.
 HEAT_TASK = (

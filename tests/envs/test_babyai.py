@@ -24,14 +24,14 @@ pytest.importorskip("minigrid")
 
 from agentenvs.babyai import BabyAITextEnv, find_path  # noqa: E402
 from agentenvs.babyai.env import NOT_RECOGNIZED  # noqa: E402
+from agentenvs.babyai.expert import BabyAIExpert  # noqa: E402
 from agentenvs.checker import (  # noqa: E402
     check_contract,
     check_snapshot_roundtrip,
     fuzz_actions,
     rollout_in_subprocess,
 )
-from agentenvs.agents.experts.babyai import BabyAIExpert  # noqa: E402
-from agentenvs.agents.experts.base import ExpertFailure, make_expert  # noqa: E402
+from agentenvs.expert import ExpertFailure, make_expert  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_ID = "BabyAI-Text-v0"

@@ -73,16 +73,12 @@ def test_registered_and_check_env() -> None:
 # ----- rules (agentgym by default, fixed on request) and outcomes -------------------------------
 
 
-def test_rules_default_variant_and_former_parity_keyword() -> None:
+def test_rules_default_and_variant() -> None:
     assert BabyAITextEnv().rules == "agentgym" and agentenvs.make(ENV_ID).rules == "agentgym"
     assert BabyAITextEnv().variant == {"rules": "agentgym"}
     assert BabyAITextEnv(rules="fixed").variant == {"rules": "fixed"}
-    assert BabyAITextEnv(parity=True).rules == "agentgym"
-    assert BabyAITextEnv(parity=False).rules == "fixed"
     with pytest.raises(ValueError, match="rules must be one of"):
         BabyAITextEnv(rules="agentboard")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="contradicts"):
-        BabyAITextEnv(rules="fixed", parity=True)
 
 
 def test_verifier_success_with_zero_reward_is_won_under_fixed_rules() -> None:

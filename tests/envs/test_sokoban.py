@@ -23,10 +23,10 @@ from agentenvs.core import (
     UnknownSplitError,
     UnknownTaskError,
 )
+from agentenvs.expert import ExpertFailure, make_expert
 from agentenvs.sokoban import ACTIONS, SokobanEnv, generate_room, parse_grid
+from agentenvs.sokoban.expert import SokobanExpert, shortest_solution
 from agentenvs.sokoban.generator import retry_seed
-from agentenvs.agents.experts.base import ExpertFailure, make_expert
-from agentenvs.agents.experts.sokoban import SokobanExpert, shortest_solution
 
 FIXTURE = Path(__file__).parent / "data" / "sokoban_verl_agent_rooms.json"
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from agentenvs.core import EpisodeOverError, MatchStatus, ResetNeededError, Unkn
 from agentenvs.textcraft import TextCraftEnv, default_tree
 from agentenvs.textcraft.crafting import CraftingTree, _packaged_recipes, item_id_to_str
 from agentenvs.textcraft.env import adapt_tasks, agentgym_commands, parse_fields
-from agentenvs.agents.experts.textcraft import TextCraftExpert
+from agentenvs.textcraft.expert import TextCraftExpert
 
 SHARED_ADAPT = Path(__file__).resolve().parents[3] / "shared/data/textcraft/adapt_eval_200.json"
 
@@ -441,7 +441,7 @@ def test_step_fields_equal_parsing_the_observation():
     parse_fields reads from the observation, for expert, fuzzed and hostile actions."""
     from agentenvs.checker import hostile_actions
     from agentenvs.textcraft.env import parse_fields
-    from agentenvs.agents.experts.textcraft import TextCraftExpert
+    from agentenvs.textcraft.expert import TextCraftExpert
 
     env = TextCraftEnv(max_turns=10**6)
     expert = TextCraftExpert()

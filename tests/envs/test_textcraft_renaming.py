@@ -12,8 +12,8 @@ import pytest
 from agentenvs.core import UnknownTaskError
 from agentenvs.textcraft import TextCraftEnv, default_tree
 from agentenvs.textcraft.crafting import item_id_to_str
+from agentenvs.textcraft.expert import TextCraftExpert
 from agentenvs.textcraft.renaming import item_renaming
-from agentenvs.agents.experts.textcraft import TextCraftExpert
 
 TASKS = ["agentgym/40", "agentgym/200", "agentgym/301", "agentgym/533", "adapt/7", "adapt/150"]
 

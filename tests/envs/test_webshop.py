@@ -17,6 +17,7 @@ from agentenvs.checker import check_contract, fuzz_actions, rollout_in_subproces
 from agentenvs.core import MatchStatus, UnknownSplitError, UnknownTaskError
 from agentenvs.webshop import WebShopEnv, default_catalog, parse_action, parse_fields
 from agentenvs.webshop.analysis import analyze, tokenize, tokenize_longest
+from agentenvs.webshop.expert import WebShopExpert
 from agentenvs.webshop.pages import html_to_text
 from agentenvs.webshop.porter import porter_stem
 from agentenvs.webshop.reward import (
@@ -27,7 +28,6 @@ from agentenvs.webshop.reward import (
     type_reward,
 )
 from agentenvs.webshop.search import BM25Index, byte4_to_int, int_to_byte4
-from agentenvs.agents.experts.webshop import WebShopExpert
 
 DATA = Path(__file__).resolve().parent / "data"
 SHARED_GOLD = Path(__file__).resolve().parents[3] / "shared/data/webshop/lucene_gold_1k.json"

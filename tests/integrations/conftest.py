@@ -59,7 +59,7 @@ def reply_model(tmp_path_factory) -> Path:
     to the task's first prompt, for agent loops that parse text replies."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from agentenvs.integrations.episode import TextEpisode
+    from agentenvs.agents.episode import TextEpisode
 
     replies = [{"role": "assistant", "content": f"<action>{m}</action>"} for m in MOVES]
     prompt = TextEpisode("Sokoban-v0", protocol=None).start(TASK)

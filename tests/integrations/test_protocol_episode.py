@@ -1,5 +1,5 @@
 """The integrations play our benchmark protocols: an episode played through
-:class:`agentenvs.integrations.episode.TextEpisode` (what the TRL adapter and the verl agent loop drive)
+:class:`agentenvs.agents.episode.TextEpisode` (what the TRL adapter and the verl agent loop drive)
 under a protocol gives the same prompts, actions, rewards and validity as
 :func:`agentenvs.agents.rollout.run_rollouts` with the same protocol and the same replies.
 
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from agentenvs.agents.policy import Completion, Policy, make_policy
+from agentenvs.agents.episode import INVALID_ACTION, TextEpisode
+from agentenvs.agents.policy import Completion, Policy
 from agentenvs.agents.protocol_rules import ProtocolRules
 from agentenvs.agents.protocols import PROTOCOLS, env_protocol
+from agentenvs.agents.registry import make_policy
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
-from agentenvs.integrations.episode import INVALID_ACTION, TextEpisode
 
 SETUPS = [(p, env) for p, protocol in PROTOCOLS.items() for env in protocol.envs]
 TASKS = {"ALFWorld-v0": "agentgym/2424", "TextCraft-v0": "agentgym/0"}
@@ -120,7 +121,7 @@ def test_malformed_reply_under_ptgpo_projects_to_still() -> None:
 
 
 def test_malformed_reply_under_prefix_grpo_gets_the_feedback() -> None:
-    from agentenvs.agents import prompt_templates as T
+    from agentenvs.agents.prompts import textcraft as T
 
     replies = ["I am not sure what to do.\nMaybe look around?"] * 2 + [
         "Think: x\nAction: [[ inventory ]]"

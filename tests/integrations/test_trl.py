@@ -22,9 +22,9 @@ ENV_IDS = ("TextCraft-v0", "BabyAI-Text-v0", "Sokoban-v0", "WebShop-v0", "ALFWor
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_every_environment_plays_through_the_trl_interface(env_id):
+    from agentenvs.agents.episode import make_env
     from agentenvs.agents.prompts import Conversation, system_prompt
     from agentenvs.agents.protocol_rules import ProtocolRules
-    from agentenvs.integrations.episode import make_env
 
     rules = ProtocolRules.of(env_id)  # the environment's default protocol, as TRL plays it
     data = train_dataset(env_id, limit=2)

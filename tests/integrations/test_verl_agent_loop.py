@@ -33,7 +33,7 @@ from verl_helpers import TransformersServer, make_agent_loop  # noqa: E402
 def test_agent_loop_plays_one_episode(reply_model, seed, response_length, turns):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentenvs.integrations.episode import TextEpisode
+    from agentenvs.agents.episode import TextEpisode
     from agentenvs.integrations.verl.dataset import dataset_rows
 
     tokenizer = AutoTokenizer.from_pretrained(reply_model)
@@ -179,7 +179,7 @@ def test_agent_loop_plays_the_rows_protocol(reply_model):
     keys: ``agentenvs_format_valid`` per turn and the protocol's penalty."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentenvs.integrations.episode import TextEpisode
+    from agentenvs.agents.episode import TextEpisode
     from agentenvs.integrations.verl.dataset import dataset_rows
 
     tokenizer = AutoTokenizer.from_pretrained(reply_model)

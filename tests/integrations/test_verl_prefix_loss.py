@@ -154,7 +154,7 @@ def test_cut_state_queries_flow_from_replay_to_the_prefix_loss(tmp_path, reply_m
     from verl.trainer.ppo import ray_trainer
     from verl_helpers import TransformersServer, make_agent_loop
 
-    from agentenvs.agents.policy import make_policy
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import plan_episodes, run_rollouts
     from agentenvs.agents.trajectory import write_trajectories
     from agentenvs.integrations.verl.dataset import main

@@ -25,7 +25,7 @@ print("played", info["task_id"])
 """
 
 EMBEDDED_LOADS = """
-from agentenvs.agents.embedded import embedded_model_dir, gguf_path
+from agentenvs.agents.models import embedded_model_dir, gguf_path
 from transformers import AutoModelForCausalLM
 assert gguf_path().is_file()
 model = AutoModelForCausalLM.from_pretrained(embedded_model_dir())

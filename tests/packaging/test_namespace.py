@@ -25,7 +25,7 @@ def test_wheel_has_one_top_level_package(wheel):
         assert f"agentenvs/{folder}/__init__.py" in names
     # data folders without an __init__.py ship too
     assert "agentenvs/textcraft/data/recipes.json.gz" in names
-    assert "agentenvs/agents/backends/cpu_kernels.c" in names
+    assert "agentenvs/agents/backends/cpu/kernels.c" in names
 
 
 def test_every_package_folder_is_in_the_wheel(wheel):

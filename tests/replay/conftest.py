@@ -28,7 +28,7 @@ def play(
     """One expert episode as a Trajectory; ``insert[i]`` is played instead of the expert at turn
     ``i``. Without ``final_observation`` the message list ends at the last assistant turn."""
     from agentenvs import make
-    from agentenvs.agents.experts import make_expert
+    from agentenvs.expert import make_expert
 
     env = make(env_id)
     expert = make_expert(env_id)

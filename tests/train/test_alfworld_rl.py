@@ -40,8 +40,8 @@ ITERATIONS = 3
 def expert_episodes(tasks: tuple[str, ...]) -> list:
     """The expert's episodes under the ptgpo protocol (verl-agent's ALFWorld prompt and
     ``<think>``/``<action>`` replies), each thought replaced by a short fixed one."""
-    from agentenvs.agents.policy import make_policy
     from agentenvs.agents.prompts import format_reply
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
     config = RolloutConfig(protocol="ptgpo", max_turns=6)

@@ -11,23 +11,25 @@ torch = pytest.importorskip("torch")
 
 from agentenvs.train.losses import (  # noqa: E402
     PolicyLossConfig,
-    PrefixBatch,
-    PrefixConfig,
-    PrefixSignals,
     RolloutCorrectionConfig,
     agg_denominator,
     agg_loss,
-    demo_advantage,
     dynamic_sampling_mask,
+    overlong_penalty,
+    policy_loss,
+    rollout_correction,
+)
+from agentenvs.train.prefix_loss import (  # noqa: E402
+    PrefixBatch,
+    PrefixConfig,
+    PrefixSignals,
+    demo_advantage,
     family_lift,
     first_token_offsets,
     gather_prefix_log_probs,
-    overlong_penalty,
-    policy_loss,
     prefix_advantages,
     prefix_grpo_loss,
     raw_query_mean_reward,
-    rollout_correction,
     sequence_log_probs,
 )
 

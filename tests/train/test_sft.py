@@ -29,8 +29,8 @@ def tiny(tmp_path_factory):
 
 
 def expert_trajectory(task_id: str) -> Trajectory:
+    from agentenvs.textcraft.expert import TextCraftExpert
     from agentenvs.textcraft import TextCraftEnv
-    from agentenvs.agents.experts.textcraft import TextCraftExpert
 
     env, expert = TextCraftEnv(), TextCraftExpert()
     obs, _ = env.reset(options={"task_id": task_id})
@@ -102,10 +102,10 @@ def test_labels_cover_exactly_the_assistant_replies(tiny):
 def test_template_prompt_trains_each_reply_after_its_own_prompt():
     """Sokoban's prompt is one user message per step restating the history: SFT must train each
     reply after that message (what the policy is given), not after the whole conversation."""
-    from agentenvs.registration import env_class
-    from agentenvs.agents.policy import make_policy
     from agentenvs.agents.prompts import prompt_messages
+    from agentenvs.agents.registry import make_policy
     from agentenvs.agents.rollout import plan_episodes, run_rollouts
+    from agentenvs.registration import env_class
 
     task = env_class("Sokoban-v0")().task_ids("train")[0]
     (traj,) = run_rollouts(make_policy("expert"), "Sokoban-v0", plan_episodes([task], 1))

@@ -20,7 +20,7 @@ changes. Settings left at ``None`` take the algorithm's preset; a value given ex
                advantage|, prefix clip 0.2/0.2)
 =============  ============================================================================
 
-Defaults are the Prefix-GRPO paper's RL settings (REFERENCE.md "Prefix-GRPO settings"): n = 8
+Defaults are the Prefix-GRPO paper's RL settings (docs/architecture.md, "Prefix-GRPO settings"): n = 8
 rollouts, 16 prompts a batch, 2 PPO epochs, lr 5e-6, no KL loss, token-mean, clip 0.2/0.2 with
 dual clip 3.
 

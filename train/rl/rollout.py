@@ -116,13 +116,11 @@ def collect_episodes(
 
 def _check_query_prompt(env_id: str, history: int | None | str, protocol: str | None) -> None:
     """A query's canonical prompt holds its whole prefix: the rollout must keep every turn."""
-    from agentenvs.agents.protocols import DEFAULT_PROTOCOLS, env_protocol
+    from agentenvs.agents.protocol_rules import ProtocolRules
 
-    name = DEFAULT_PROTOCOLS.get(env_id) if protocol == "default" else protocol
-    setup = env_protocol(name, env_id) if name is not None else None
-    spec = env_prompt(env_id, setup.prompt if setup else None)
-    resolved = setup.history if setup and history == "default" else history
-    resolved = resolve_history(env_id, resolved)
+    rules = ProtocolRules.of(env_id, protocol)
+    name, spec = rules.name, rules.prompt
+    resolved = resolve_history(env_id, rules.history(history))
     if spec.style != "chat" or resolved is not None:
         raise ValueError(
             f"cut-state queries need a chat-style prompt with every turn kept (the canonical "

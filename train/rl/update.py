@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from agentenvs.train.device import autocast_context
 from agentenvs.train.distributed import DistContext, full_tensor, micro_batch_rounds, pad_passes
 from agentenvs.train.logits import logits_at
 from agentenvs.train.losses import (
@@ -62,7 +63,7 @@ from agentenvs.train.prefix_loss import (
     prefix_grpo_loss,
 )
 from agentenvs.train.rl.batch import StepRow, collate, prefix_lift
-from agentenvs.train.runtime import autocast_context, check_finite
+from agentenvs.train.runtime import check_finite
 
 __all__ = [
     "UpdateSettings",

@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentenvs.agents.backends.vllm_backend import import_vllm, sampled_logprobs, shutdown_llm
-from agentenvs.agents.policy import BackendError, Completion, Policy, SamplingParams, row_seed
+from agentenvs.agents.backends.vllm_backend import VLLMPolicy, import_vllm, sampled_logprobs
+from agentenvs.agents.policy import Completion, SamplingParams
+from agentenvs.train.device import autocast_context
 from agentenvs.train.distributed import full_tensor
 from agentenvs.train.rl.batch import prompt_token_ids
-from agentenvs.train.runtime import autocast_context
 
 if TYPE_CHECKING:
     from agentenvs.train.rl.config import EngineSettings, RLConfig
@@ -102,8 +102,9 @@ def trainer_probe_log_probs(
     return log_probs.gather(1, tokens[0, 1:, None])[:, 0].cpu()
 
 
-class VLLMRolloutEngine(Policy):
-    """vLLM's ``LLM`` colocated with the trainer (see the module docstring)."""
+class VLLMRolloutEngine(VLLMPolicy):
+    """vLLM's ``LLM`` colocated with the trainer (see the module docstring): the vLLM backend's
+    policy with prompts rendered by the trainer's tokenizer, sleep, weight sync and the probe."""
 
     def __init__(
         self,
@@ -117,84 +118,40 @@ class VLLMRolloutEngine(Policy):
         precision: str = "auto",
         distributed: bool = False,
     ) -> None:
-        super().__init__(f"vllm-engine:{model_path}")
-        vllm = import_vllm("engine.kind=vllm", "engine.kind=transformers")
-        self._vllm = vllm
         self.tokenizer = tokenizer
         self.settings = settings
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.probe_ids = list(probe_ids)
         self.precision = precision
         self.stop_ids = sorted(_stop_token_ids(tokenizer, model_path))
         self.on_gpu = torch.cuda.is_available()
         self._asleep: set[str] = set()
+        vllm = import_vllm("engine.kind=vllm", "engine.kind=transformers")
         # collective_rpc runs our callables (and their tensors) in this process only
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        kwargs = self._engine_kwargs(model_path, seed, distributed)
-        try:
-            self.llm = vllm.LLM(**kwargs)
-        except Exception as exc:
-            raise BackendError(f"vLLM could not load {model_path!r}: {exc}") from exc
-
-    def _engine_kwargs(self, model_path: str, seed: int, distributed: bool) -> dict[str, Any]:
-        s = self.settings
-        kwargs: dict[str, Any] = {
-            "model": model_path,
-            "dtype": s.dtype,
-            "seed": int(seed),
-            "enable_prefix_caching": s.prefix_caching,
-            "enforce_eager": s.enforce_eager,
-        }
-        if s.max_model_len is not None:
-            kwargs["max_model_len"] = s.max_model_len
-        if self.on_gpu:
-            kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
-            if s.sleep_level > 0:
-                kwargs["enable_sleep_mode"] = True
-        if distributed:
-            kwargs["distributed_executor_backend"] = "external_launcher"
-        engine_fields = {f.name for f in dataclasses.fields(self._vllm.EngineArgs)}
-        if "logprobs_mode" in engine_fields:
-            kwargs["logprobs_mode"] = "raw_logprobs"  # the policy's own (temperature-1) log-probs
-        kwargs.update(s.options)
-        return kwargs
+        super().__init__(
+            model_path,
+            spec=f"vllm-engine:{model_path}",
+            chat_template_kwargs=chat_template_kwargs,
+            needed_by="engine.kind=vllm",
+            otherwise="engine.kind=transformers",
+            **_engine_kwargs(vllm, settings, seed, distributed, self.on_gpu),
+        )
 
     # ----- rollout ------------------------------------------------------------------------------
 
-    def generate(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        sampling: SamplingParams | None = None,
-        *,
-        envs: Sequence[Any] | None = None,
-        keys: Sequence[str] | None = None,
-        seeds: Sequence[int] | None = None,
-    ) -> list[Completion]:
-        sampling = sampling or SamplingParams()
-        if not conversations:
-            return []
+    def _params(self, sampling: SamplingParams, seed: int | None, **extra: Any) -> Any:
+        return super()._params(
+            sampling, seed, stop_token_ids=self.stop_ids, detokenize=False, **extra
+        )
+
+    def _run(self, conversations: Sequence[Sequence[Message]], params: list[Any]) -> list[Any]:
+        """Generate from the token ids the trainer's tokenizer renders (as the training rows)."""
         self._wake(["weights", "kv_cache"])
         prompts = [
             {"prompt_token_ids": prompt_token_ids(self.tokenizer, c, self.chat_template_kwargs)}
             for c in conversations
         ]
-        params = [
-            self._params(row_seed(sampling, row, seeds), sampling) for row in range(len(prompts))
-        ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [self._completion(out.outputs[0]) for out in outputs]
-
-    def _params(self, seed: int | None, sampling: SamplingParams) -> Any:
-        return self._vllm.SamplingParams(
-            n=1,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
-            seed=seed,
-            logprobs=0,
-            stop_token_ids=self.stop_ids,
-            detokenize=False,
-        )
+        return self.llm.generate(prompts, params, use_tqdm=False)
 
     def _completion(self, out: Any) -> Completion:
         token_ids = [int(t) for t in out.token_ids]
@@ -269,13 +226,6 @@ class VLLMRolloutEngine(Policy):
             [float(step[t].logprob) for step, t in zip(steps, self.probe_ids[1:], strict=True)]
         )
 
-    def close(self) -> None:
-        llm = getattr(self, "llm", None)
-        if llm is not None:
-            shutdown_llm(llm)
-            self.llm = None
-
-
 def vllm_policy_factory(model: Any, tokenizer: Any, config: RLConfig) -> VLLMRolloutEngine:
     """The trainer's ``policy_factory`` for ``engine.kind=vllm``: an engine on the weights the
     trainer loaded (its model's ``name_or_path``: the start model, or the checkpoint resumed)."""
@@ -295,6 +245,31 @@ def vllm_policy_factory(model: Any, tokenizer: Any, config: RLConfig) -> VLLMRol
 
 
 # ----- private helpers ---------------------------------------------------------------------------
+
+
+def _engine_kwargs(
+    vllm: Any, s: EngineSettings, seed: int, distributed: bool, on_gpu: bool
+) -> dict[str, Any]:
+    """``vllm.LLM``'s keywords (the model aside) for the colocated engine."""
+    kwargs: dict[str, Any] = {
+        "dtype": s.dtype,
+        "seed": int(seed),
+        "enable_prefix_caching": s.prefix_caching,
+        "enforce_eager": s.enforce_eager,
+    }
+    if s.max_model_len is not None:
+        kwargs["max_model_len"] = s.max_model_len
+    if on_gpu:
+        kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        if s.sleep_level > 0:
+            kwargs["enable_sleep_mode"] = True
+    if distributed:
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    engine_fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    if "logprobs_mode" in engine_fields:
+        kwargs["logprobs_mode"] = "raw_logprobs"  # the policy's own (temperature-1) log-probs
+    kwargs.update(s.options)
+    return kwargs
 
 
 def _trainer_weights(model: Any, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:

@@ -1,66 +1,24 @@
-"""Decoding steps' weight matrix products with 4-bit weights on CPU (``decode_weights="int4"``).
+"""The CPU engine's 4-bit decoder weights for decoding steps (:class:`Int4Weights`, kept outside
+the model).
 
-Why (SmolLM2-135M, bfloat16, one thread, 8 rows of about 1,100 cached tokens): a decoding step
-is memory-bound. It reads every weight once (212 MB of linear layers, 57 MB of the tied
-embedding used as the LM head) and the rows' keys and values (about 200 MB) at the 12-13 GB/s one
-core gets here; the weights' products took about 22 ms of a 50 ms step. PyTorch's CPU kernel for
-4-bit groupwise weights (``aten._weight_int4pack_mm_for_cpu``, bfloat16 activations) reads a
-quarter of the bytes: 60 linear layers of 1536 x 576 took 5.8 ms against 8.7 ms for bfloat16
-``linear`` at 8 rows (2.5 vs 7.7 ms at one row), measured in one process. For many rows
-(prefill) it is slower than oneDNN's bfloat16 GEMM (717 vs 291 ms at 1,000 rows), so calls with
-more than ``max_rows`` rows, and every call outside :func:`decoding` (prefill), keep the
-module's own bfloat16 weight.
-
-Exactness: the embedded model *is* 4-bit. Every linear layer of its GGUF file is Q4_1 (blocks of
-32 along the input dimension, ``w = d * q + m``, ``q`` in 0..15, the block's minimum and maximum
-at ``q = 0`` and ``q = 15``), and the converted directory stores those values in float32. The
-groups here are the same 32-wide blocks with the same min/max rule, so ``q`` is recovered
-exactly; what is rounded is the kernel's per-group scale and zero (bfloat16: the kernel takes
-them in the activations' dtype). For any other float model the same code is a lossy 4-bit
-quantization; :func:`install` returns the largest relative reconstruction error so a caller
-can see which case it is.
-
-A float32 model (the embedded one on a CPU without native bfloat16, where oneDNN's bfloat16
-GEMM runs at about 13 GFLOP/s against float32's 95) gets the copies too where the compiled
-kernel has integer dot products (AVX2 or AVX-512 VNNI): float32 rows in, float32 sums out, the
-same activation scheme; its prefill keeps the float32 weights. Measured on the AVX2-only 2-core
-machine of December 2026 (two threads): 576 -> 1536 at one row 0.06 against 0.11 ms for float32
-``linear``, at 8 rows 0.26 against 0.50 ms; the 8-bit LM head (49,152 x 576) 2.4 against 14.7 ms
-at one row and 11.2 against 43.6 ms at 8.
-
-Two kernels take the 4-bit copies: the compiled one of :mod:`agentenvs.agents.backends.cpu_kernels`
-(``decode_weights="int4"``, where it builds and the layer's output count is a multiple of 64;
-integer dot products, the scales kept in float32) and torch's (``decode_weights="int4_torch"``,
-or where the compiled one is not available; :class:`Int4Report` says which ran). The q, k and v
-projections of a layer, and the MLP's gate and up projections, also get one fused copy each
-(:data:`FUSED`) for :mod:`agentenvs.agents.backends.cpu_decode_step`'s lean steps: one product instead of
-three or two, the same bits per column.
-
-Each row's output comes from its own products (a row's tokens do not depend on the batch's other
-rows, bit for bit: the tests check it).
-
-The calls that keep the bfloat16 weight run it in products of fixed row counts
-(:func:`row_blocked_mm`): a prefill's in products of :data:`PREFILL_ROWS` (64 to 128 rows, a
-shorter call padded with zeros to 64), a decoding step of more than ``max_rows`` rows in
-products of exactly :data:`ROW_BLOCK` (32). On a CPU with AMX (Sapphire Rapids, the 2-core
-machine of December 2026), oneDNN's bfloat16 GEMM picks its kernel by the call's row count, and
-the kernels round a row differently: a prompt prefilled alone and the same prompt packed with
-other rows got first-token log-probs up to 0.16 apart, and a batched rollout and the same
-episodes one at a time shared 19% of their sampled replies (100% with the blocks). Measured
-there for the four layer shapes (576 -> 1536, 576, 192 and 1536 -> 576), one and two threads,
-rows at varied offsets: every call of 37-191 rows gives each row the same bits wherever it sits
-(one kernel; two threads, wider with one), and so does every call of exactly 32 rows (another);
-other counts mix the two, and above 191-700 rows (by shape) a third. A decoder layer's four
-products cost 20 us a row in 32-row calls, 12 in 64-row and 8 in 128-row ones (two threads);
-they were about a third of a batched turn's short prefill (8 rows of 45 tokens, profiled).
+A decoding step is memory-bound: it reads every weight once. A 4-bit groupwise copy of each
+decoder linear weight (groups of 32 along the input, GGUF Q4_1's min/max rule, so the embedded
+model's own Q4_1 values are recovered exactly; a lossy quantization for other models, whose
+largest error :class:`Int4Report` gives) reads a quarter of the bytes. Calls of at most
+``max_rows`` rows take the copy, in the compiled kernel (:mod:`agentenvs.agents.backends.cpu.
+kernels`, integer dot products) or torch's ``_weight_int4pack_mm_for_cpu``; the q, k and v
+projections, and the MLP's gate and up projections, also get one fused copy each
+(:data:`FUSED`); the LM head an 8-bit copy (Q8_0, float32 logits). Prefill and larger calls
+keep the module's weight, in products of fixed row counts (:func:`row_blocked_mm`: on CPUs with
+AMX, oneDNN's GEMM rounds a row differently by the call's row count). Each row's output comes
+from its own products, so a row's tokens do not depend on the batch (the tests check it).
+Measurements: ``docs/cpu-engine.md``.
 """
 
 from __future__ import annotations
 
-import types
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +27,8 @@ __all__ = [
     "PREFILL_ROWS",
     "ROW_BLOCK",
     "Int4Report",
+    "Int4Weights",
     "available",
-    "decoding",
-    "decoding_active",
     "install",
     "install_for",
     "product",
@@ -131,32 +88,9 @@ def quantize_groups(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any
     return q.view(n, k).to(torch.int32), scales_zeros.to(torch.float32), float(error)
 
 
-_DECODING: list[bool | None] = [None]  # None outside decoding steps, else 4-bit allowed
-
-
-@contextmanager
-def decoding(active: bool = True) -> Iterator[None]:
-    """Inside: a one-token decoding step. With ``active``, calls of switched layers with at
-    most ``max_rows`` rows use the 4-bit copy; with ``active=False`` (a policy without 4-bit
-    weights, possibly on a model another one switched) they use the module's weight. The
-    backend enters it for its one-token decoding steps only, so a prompt's prefill always uses
-    the module's own weight, in :data:`PREFILL_ROWS` products, whatever its length (a row's
-    result then does not depend on how its prompt was split or packed)."""
-    saved, _DECODING[0] = _DECODING[0], bool(active)
-    try:
-        yield
-    finally:
-        _DECODING[0] = saved
-
-
-def decoding_active() -> bool:
-    """Whether the innermost :func:`decoding` allows the 4-bit copies (a decoding step of a
-    policy with 4-bit weights)."""
-    return bool(_DECODING[0])
-
-
-# Fused copies for lean decoding steps (agentenvs.agents.backends.cpu_decode_step): one product instead of
-# several sharing an input; a column's result does not depend on which columns share the call.
+# Fused copies for decoding steps (agentenvs.agents.backends.cpu.decode_step): one product
+# instead of several sharing an input; a column's result does not depend on which columns share
+# the call.
 FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
 
 
@@ -167,32 +101,81 @@ def product(x: Any, packed: Any, scales: Any, out_features: int, compiled: bool)
     import torch
 
     if compiled:
-        from agentenvs.agents.backends.cpu_kernels import int4_linear
+        from agentenvs.agents.backends.cpu.kernels import int4_linear
 
         return int4_linear(x, packed, scales, out_features)
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP_SIZE, scales)
 
 
-def _forward(self: Any, x: Any) -> Any:
+@dataclass(frozen=True)
+class Copy:
+    """A low-bit copy of one weight (or of several stacked, :data:`FUSED`): the kernel's
+    arguments after ``x`` and the most rows a call may have to use it."""
+
+    packed: Any
+    scales: Any
+    outputs: int
+    compiled: bool
+    max_rows: int
+
+
+@dataclass
+class Int4Weights:
+    """The 4-bit copies of a model's decoder linear weights (and the LM head's 8-bit one),
+    kept here, outside the model: the model's modules, parameters and ``state_dict`` are
+    untouched, and another policy on the same model does not see them.
+
+    :meth:`linear` is every linear layer's product in the engine's passes: a decoding step's
+    call of at most ``max_rows`` rows takes the copy; prefill and larger calls keep the
+    module's weight, in products of fixed row counts (:func:`row_blocked_mm`, module
+    docstring)."""
+
+    layers: dict[Any, Copy] = field(default_factory=dict)  # by module
+    fused: dict[tuple[Any, str], Copy] = field(default_factory=dict)  # by (parent, group)
+    head: Copy | None = None
+    report: Int4Report | None = None
+
+    def linear(self, module: Any, x: Any, decoding: bool) -> Any:
+        """``module(x)`` for an ``nn.Linear`` (module docstring)."""
+        import torch
+
+        if module in self.layers:
+            return _blocked_linear(module, x, self.layers[module] if decoding else None)
+        if self.head is not None and decoding and module is self.head_module:
+            rows = x.numel() // module.in_features
+            if rows <= self.head.max_rows and x.dtype in (torch.bfloat16, torch.float32):
+                from agentenvs.agents.backends.cpu.kernels import int8_linear
+
+                flat = x.reshape(rows, module.in_features)
+                out = int8_linear(
+                    flat, self.head.packed, self.head.scales, self.head.outputs, float32=True
+                )
+                out = out.view(*x.shape[:-1], module.out_features)
+                return out if module.bias is None else out + module.bias
+        return module(x)
+
+    head_module: Any = None
+
+
+def _blocked_linear(module: Any, x: Any, copy: Copy | None) -> Any:
+    """A switched layer's product: with ``copy`` (a decoding step), the copy for at most its
+    ``max_rows`` rows, else the module's weight in row blocks."""
     import torch
 
-    rows = x.numel() // self.in_features
-    if x.dtype != self.weight.dtype or torch.is_grad_enabled() or x.device.type != "cpu":
-        return torch.nn.functional.linear(x, self.weight, self.bias)
-    flat = x.reshape(rows, self.in_features)
-    step = _DECODING[0]
-    if step is None:
-        out = row_blocked_mm(flat, self.weight, *PREFILL_ROWS)
-    elif step and rows <= self.int4_max_rows:
-        out = product(
-            flat, self.int4_weight, self.int4_scales, self.out_features, self.int4_compiled
-        )
+    rows = x.numel() // module.in_features
+    if x.dtype != module.weight.dtype or torch.is_grad_enabled() or x.device.type != "cpu":
+        return torch.nn.functional.linear(x, module.weight, module.bias)
+    flat = x.reshape(rows, module.in_features)
+    if copy is None:
+        out = row_blocked_mm(flat, module.weight, *PREFILL_ROWS)
+    elif rows <= copy.max_rows:
+        out = product(flat, copy.packed, copy.scales, copy.outputs, copy.compiled)
     elif rows == 1:  # the same bits as one row of a 32-row block
-        out = torch.nn.functional.linear(flat, self.weight)
+        out = torch.nn.functional.linear(flat, module.weight)
     else:
-        out = row_blocked_mm(flat, self.weight)
-    out = out.view(*x.shape[:-1], self.out_features)
-    return out if self.bias is None else out + self.bias
+        out = row_blocked_mm(flat, module.weight)
+    out = out.view(*x.shape[:-1], module.out_features)
+    return out if module.bias is None else out + module.bias
 
 
 def row_blocked_mm(x: Any, weight: Any, smallest: int = ROW_BLOCK, largest: int = ROW_BLOCK) -> Any:
@@ -253,17 +236,15 @@ def _checkpoint_weights(directory: Path, names: set[str]) -> dict[str, Any]:
 
 def install_for(
     model: Any, source: str | Path | None = None, *, compiled: bool = True
-) -> Int4Report | None:
+) -> Int4Weights | None:
     """:func:`install` when it applies, else None: the kernel exists and the model is on CPU,
     in bfloat16, or in float32 with the compiled kernel's integer dot products (``compiled``
-    on a CPU with AVX2 or AVX-512 VNNI, :func:`agentenvs.agents.backends.cpu_kernels.int_dot_path`: at
-    one row 0.06 against 0.11 ms for float32 ``linear`` of 576 -> 1536, the 8-bit LM head 2.4
-    against 14.7 ms, on the AVX2-only 2-core machine of December 2026; the kernel's plain
-    float32 sums are several times slower than ``linear``). ``source``: the model's
+    on a CPU with AVX2 or AVX-512 VNNI, :func:`agentenvs.agents.backends.cpu.kernels.
+    int_dot_path`; the kernel's plain float32 sums are several times slower than ``linear``).
+    ``source``: the model's
     directory, whose float32 weights are quantized when it has them."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     try:
         param = next(model.parameters())
@@ -304,13 +285,14 @@ def quantize_q8(weight: Any, group_size: int = GROUP_SIZE) -> tuple[Any, Any, fl
     return q.view(n, k).to(torch.int32), d[..., 0].T.contiguous().to(torch.float32), float(error)
 
 
-def _install_head(model: Any, source: Mapping[str, Any], max_rows: int) -> float | None:
-    """Give ``model.lm_head`` an 8-bit copy for decoding steps of at most ``max_rows`` rows
-    (the compiled kernel only); returns its reconstruction error, or None where it does not
-    apply."""
+def _install_head(
+    weights: Int4Weights, model: Any, source: Mapping[str, Any], max_rows: int
+) -> float | None:
+    """Give ``model.lm_head`` an 8-bit copy in ``weights`` for decoding steps of at most
+    ``max_rows`` rows (the compiled kernel only); returns its reconstruction error, or None
+    where it does not apply."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     head = getattr(model, "lm_head", None)
     if not isinstance(head, torch.nn.Linear) or head.weight.device.type != "cpu":
@@ -324,38 +306,15 @@ def _install_head(model: Any, source: Mapping[str, Any], max_rows: int) -> float
         weight = source.get(HEAD_NAMES[1])
     q, d, error = quantize_q8(head.weight if weight is None else weight)
     packed, scales = cpu_kernels.pack_int8(q, d)
-    head.register_buffer("int8_weight", packed, persistent=False)
-    head.register_buffer("int8_scales", scales, persistent=False)
-    head.int8_max_rows = int(max_rows)
-    head.forward = types.MethodType(_head_forward, head)
+    weights.head = Copy(packed, scales, head.out_features, True, int(max_rows))
+    weights.head_module = head
     return error
-
-
-def _head_forward(self: Any, x: Any) -> Any:
-    import torch
-
-    from agentenvs.agents.backends.cpu_kernels import int8_linear, takes_dtype
-
-    rows = x.numel() // self.in_features
-    if (
-        _DECODING[0]
-        and rows <= self.int8_max_rows
-        and takes_dtype(x.dtype)
-        and x.device.type == "cpu"
-        and not torch.is_grad_enabled()
-    ):
-        flat = x.reshape(rows, self.in_features)
-        out = int8_linear(flat, self.int8_weight, self.int8_scales, self.out_features, float32=True)
-        out = out.view(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias
-    return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
 def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, Any, bool]:
     """(packed weight, scales, whether the compiled kernel's layout) of one 4-bit copy."""
     import torch
-
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     if _compiled_layout(*q.shape, compiled):
         packed, scales = cpu_kernels.pack_int4(q, scales_zeros)
@@ -367,7 +326,7 @@ def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, A
 def _compiled_layout(n: int, k: int, compiled: bool) -> bool:
     """Whether an ``n x k`` 4-bit copy takes the compiled kernel's layout (asked for, the
     kernel loads, whole 64-column blocks and 32-wide groups)."""
-    from agentenvs.agents.backends import cpu_kernels
+    from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     return compiled and n % 64 == 0 and k % GROUP_SIZE == 0 and cpu_kernels.load() is not None
 
@@ -378,17 +337,17 @@ def install(
     *,
     max_rows: int = MAX_ROWS,
     compiled: bool = True,
-) -> Int4Report:
-    """Give every ``nn.Linear`` of ``model``'s decoder layers (not the LM head) a 4-bit copy of
-    its weight for calls of at most ``max_rows`` rows. ``source``: float32 weights by parameter
-    name (e.g. the checkpoint's), quantized instead of the module's own, possibly rounded,
-    weight. A float32 layer is switched only where the compiled kernel takes it (``compiled``,
-    outputs a multiple of 64). The parameters and ``state_dict`` are unchanged (the copies are
-    non-persistent buffers)."""
+) -> Int4Weights:
+    """4-bit copies of every ``nn.Linear`` of ``model``'s decoder layers (not the LM head) for
+    calls of at most ``max_rows`` rows, kept in the returned :class:`Int4Weights` (the model is
+    not changed). ``source``: float32 weights by parameter name (e.g. the checkpoint's),
+    quantized instead of the module's own, possibly rounded, weight. A float32 layer gets one
+    only where the compiled kernel takes it (``compiled``, outputs a multiple of 64)."""
     import torch
 
     if not available():
         raise RuntimeError("this torch build has no _weight_int4pack_mm_for_cpu kernel")
+    weights = Int4Weights()
     layers, worst = 0, 0.0
     kinds: set[bool] = set()
     quantized: dict[str, tuple[Any, Any]] = {}
@@ -399,23 +358,23 @@ def install(
         weight = (source or {}).get(f"{name}.weight", module.weight)
         q, scales_zeros, error = quantize_groups(weight)
         quantized[name] = (q, scales_zeros)
-        packed, scales, module.int4_compiled = _pack(q, scales_zeros, module.weight.dtype, compiled)
-        module.register_buffer("int4_weight", packed, persistent=False)
-        module.register_buffer("int4_scales", scales, persistent=False)
-        module.int4_max_rows = int(max_rows)
-        module.forward = types.MethodType(_forward, module)
+        packed, scales, kind = _pack(q, scales_zeros, module.weight.dtype, compiled)
+        weights.layers[module] = Copy(packed, scales, module.out_features, kind, int(max_rows))
         layers += 1
         worst = max(worst, error)
-        kinds.add(module.int4_compiled)
-    _install_fused(model, quantized)
-    head = _install_head(model, source or {}, max_rows) if compiled else None
-    return Int4Report(layers, worst, compiled=kinds == {True}, head_relative_error=head)
+        kinds.add(kind)
+    _install_fused(weights, model, quantized, max_rows)
+    head = _install_head(weights, model, source or {}, max_rows) if compiled else None
+    weights.report = Int4Report(layers, worst, compiled=kinds == {True}, head_relative_error=head)
+    return weights
 
 
-def _install_fused(model: Any, quantized: Mapping[str, tuple[Any, Any]]) -> None:
-    """Give each module whose children are one of :data:`FUSED`'s groups (all switched, the
-    same dtype) the group's 4-bit copy, ``int4_<group>_weight`` and ``int4_<group>_scales``:
-    the children's rows stacked in order."""
+def _install_fused(
+    weights: Int4Weights, model: Any, quantized: Mapping[str, tuple[Any, Any]], max_rows: int
+) -> None:
+    """One copy per module whose children are one of :data:`FUSED`'s groups (all switched,
+    the same kind): the children's rows stacked in order, in ``weights.fused[(parent,
+    group)]``."""
     import torch
 
     modules = dict(model.named_modules())
@@ -426,17 +385,13 @@ def _install_fused(model: Any, quantized: Mapping[str, tuple[Any, Any]]) -> None
             if not all(n in quantized for n in names):
                 continue
             first = modules[names[0]]
-            if len({modules[n].int4_compiled for n in names}) != 1:
+            if len({weights.layers[modules[n]].compiled for n in names}) != 1:
                 continue
             q = torch.cat([quantized[n][0] for n in names])
             if q.shape[0] % 64:  # the packings' block of output rows
                 continue
             scales_zeros = torch.cat([quantized[n][1] for n in names], dim=1)
-            packed, scales, compiled = _pack(
-                q, scales_zeros, first.weight.dtype, first.int4_compiled
-            )
-            owner = modules[parent]
-            owner.register_buffer(f"int4_{group}_weight", packed, persistent=False)
-            owner.register_buffer(f"int4_{group}_scales", scales, persistent=False)
-            setattr(owner, f"int4_{group}_compiled", compiled)
-            setattr(owner, f"int4_{group}_outputs", q.shape[0])
+            compiled = weights.layers[first].compiled
+            packed, scales, kind = _pack(q, scales_zeros, first.weight.dtype, compiled)
+            copy = Copy(packed, scales, q.shape[0], kind, int(max_rows))
+            weights.fused[(modules[parent], group)] = copy

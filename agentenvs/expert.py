@@ -46,11 +46,11 @@ class Expert(ABC):
 
 # env id -> "module:Class"; imported only when that expert is made.
 EXPERTS: dict[str, str] = {
-    "TextCraft-v0": "agentenvs.agents.experts.textcraft:TextCraftExpert",
-    "Sokoban-v0": "agentenvs.agents.experts.sokoban:SokobanExpert",
-    "ALFWorld-v0": "agentenvs.agents.experts.alfworld:ALFWorldExpert",
-    "WebShop-v0": "agentenvs.agents.experts.webshop:WebShopExpert",
-    "BabyAI-Text-v0": "agentenvs.agents.experts.babyai:BabyAIExpert",
+    "TextCraft-v0": "agentenvs.textcraft.expert:TextCraftExpert",
+    "Sokoban-v0": "agentenvs.sokoban.expert:SokobanExpert",
+    "ALFWorld-v0": "agentenvs.alfworld.expert:ALFWorldExpert",
+    "WebShop-v0": "agentenvs.webshop.expert:WebShopExpert",
+    "BabyAI-Text-v0": "agentenvs.babyai.expert:BabyAIExpert",
 }
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from agentenvs.expert import Expert, ExpertDecision, ExpertFailure
 from agentenvs.sokoban.board import ACTIONS, Board
-from agentenvs.agents.experts.base import Expert, ExpertDecision, ExpertFailure
 
 if TYPE_CHECKING:
     from agentenvs.core import TextEnv

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from agentenvs.agents.experts.base import Expert, ExpertDecision, ExpertFailure
+from agentenvs.expert import Expert, ExpertDecision, ExpertFailure
 
 if TYPE_CHECKING:
     from agentenvs.alfworld import ALFWorldEnv

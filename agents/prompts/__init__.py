@@ -31,9 +31,13 @@ Two prompt styles (:class:`EnvPrompt`):
 Stored messages (``Trajectory.messages``) hold the user turns exactly as the model saw them, so
 :func:`prompt_messages` needs nothing else to rebuild any step's prompt.
 
-Besides each environment's default prompt (:data:`PROMPTS`, by env id) there are named prompts
-(:data:`NAMED_PROMPTS`, by prompt name) that the benchmark protocols (:mod:`agentenvs.agents.protocols`)
-choose: e.g. ``alfworld-verl-agent`` (verl-agent's template with the admissible actions) and
+One module per environment holds its prompts (texts verbatim, renderers, :class:`EnvPrompt`
+entries): :mod:`.textcraft`, :mod:`.babyai`, :mod:`.alfworld`, :mod:`.webshop`,
+:mod:`.sokoban`; each one's ``PROMPTS`` lists its prompts, its default first. Besides each
+environment's default prompt (:data:`PROMPTS`, by env id) there are named prompts
+(:data:`NAMED_PROMPTS`, by prompt name) that the benchmark protocols
+(:mod:`agentenvs.agents.protocols`) choose: e.g. ``alfworld-verl-agent`` (verl-agent's template
+with the admissible actions) and
 ``alfworld-agentgym`` (the paper's prompt, every observation followed by Prefix-GRPO's
 ``AVAILABLE ACTIONS:`` line). Every function takes ``prompt=`` (a name; None: the environment's
 default), and a trajectory records the name in ``metadata["prompt"]``.
@@ -41,22 +45,20 @@ default), and a trajectory records the name in ``metadata["prompt"]``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentenvs.agents import prompt_templates as T
 from agentenvs.agents.parsing import ParseResult, ReplyFormat, parse_reply
-from agentenvs.agents.prompt_renderers import (
+from agentenvs.agents.prompts import alfworld, babyai, sokoban, textcraft, webshop
+from agentenvs.agents.prompts.alfworld import alfworld_task
+from agentenvs.agents.prompts.base import (
+    ALL_TURNS,
+    EnvPrompt,
     PastStep,
-    alfworld_task,
-    render_alfworld,
-    render_sokoban,
-    render_webshop,
-    webshop_page,
-    webshop_task,
+    UnknownPromptError,
     with_admissible_line,
 )
+from agentenvs.agents.prompts.webshop import webshop_page, webshop_task
 
 __all__ = [
     "ALL_TURNS",
@@ -79,143 +81,16 @@ __all__ = [
     "webshop_task",
 ]
 
-ALL_TURNS = None  # a history window that keeps every turn
 INVALID_ACTION_PLACEHOLDER = "<invalid format>"
 
 Message = dict[str, str]
 
+_MODULES = (textcraft, babyai, alfworld, webshop, sokoban)
 
-class UnknownPromptError(KeyError):
-    """No prompt is defined for an environment id; the message lists the ones that exist."""
-
-    def __str__(self) -> str:  # KeyError quotes its argument; show the sentence as it is
-        return str(self.args[0])
-
-
-TemplateRenderer = Callable[[str, Mapping[str, Any], Sequence[PastStep], str, "int | None"], str]
-
-
-@dataclass(frozen=True)
-class EnvPrompt:
-    """How one environment is prompted.
-
-    ``system``: the system message ("" for none). ``style``: ``chat`` or ``template``.
-    ``reply_format``: what a reply must look like. ``default_history``: the history window used
-    when a caller gives none (None: all turns). ``example_action``: used in format-error
-    feedback. ``first_user_prefix``: a fixed text put before the first observation (ALFWorld's
-    fixed user message). ``render``: for ``template`` style, ``(observation, info, past, task,
-    history) -> user text``; for ``chat`` style None (the observation is the user turn).
-    ``task_of``: how a template prompt finds the task statement in the first observation.
-    ``name``: the prompt's name in :data:`NAMED_PROMPTS`. ``admissible_line``: for ``chat``
-    style, when set, every observation is followed by a line of this label and the admissible
-    actions joined by commas (Prefix-GRPO's ALFWorld interaction; nothing is added when the
-    observation has no admissible actions or already lists them).
-    """
-
-    env_id: str
-    system: str
-    style: str
-    reply_format: ReplyFormat
-    example_action: str
-    default_history: int | None = ALL_TURNS
-    first_user_prefix: str = ""
-    render: TemplateRenderer | None = None
-    task_of: Callable[[str, Mapping[str, Any]], str] = field(default=lambda obs, info: "")
-    name: str = ""
-    admissible_line: str = ""
-
-    def __post_init__(self) -> None:
-        if self.style not in ("chat", "template"):
-            raise ValueError(f"style must be 'chat' or 'template', got {self.style!r}")
-        if (self.style == "template") != (self.render is not None):
-            raise ValueError(
-                "a 'template' prompt needs render=..., a 'chat' prompt must not have one"
-            )
-
-
-# --------------------------------------------------------------------------------------------
-# The table of environments
-
-
-_TEXTCRAFT = EnvPrompt(
-    "TextCraft-v0",
-    T.TEXTCRAFT_SYSTEM,
-    "chat",
-    ReplyFormat.THINK_BRACKETS,
-    "inventory",
-    name="textcraft-paper",
-)
-_BABYAI = EnvPrompt(
-    "BabyAI-Text-v0",
-    T.BABYAI_SYSTEM,
-    "chat",
-    ReplyFormat.THOUGHT_BRACKETS,
-    "turn left",
-    name="babyai-paper",
-)
-_ALFWORLD = EnvPrompt(
-    "ALFWorld-v0",
-    T.ALFWORLD_SYSTEM,
-    "chat",
-    ReplyFormat.PLAIN,
-    "look",
-    first_user_prefix=T.ALFWORLD_USER,
-    name="alfworld-paper",
-)
-_WEBSHOP = EnvPrompt(
-    "WebShop-v0",
-    "",
-    "template",
-    ReplyFormat.TAGS,
-    "search[red running shoes]",
-    default_history=2,
-    render=render_webshop,
-    task_of=webshop_task,
-    name="webshop-verl-agent",
-)
-_SOKOBAN = EnvPrompt(
-    "Sokoban-v0",
-    "",
-    "template",
-    ReplyFormat.TAGS,
-    "up",
-    default_history=3,
-    render=render_sokoban,
-    name="sokoban-verl-agent",
-)
-
-PROMPTS: dict[str, EnvPrompt] = {
-    p.env_id: p for p in [_TEXTCRAFT, _BABYAI, _ALFWORLD, _WEBSHOP, _SOKOBAN]
-}
+PROMPTS: dict[str, EnvPrompt] = {m.PROMPTS[0].env_id: m.PROMPTS[0] for m in _MODULES}
 """Each environment's default prompt (used when no ``prompt=`` name is given)."""
 
-NAMED_PROMPTS: dict[str, EnvPrompt] = {
-    p.name: p
-    for p in [
-        *PROMPTS.values(),
-        EnvPrompt(
-            "ALFWorld-v0",
-            T.ALFWORLD_SYSTEM,
-            "chat",
-            ReplyFormat.PLAIN,
-            "look",
-            first_user_prefix=T.ALFWORLD_USER,
-            name="alfworld-agentgym",
-            admissible_line=T.AGENTGYM_AVAILABLE_ACTIONS,
-        ),
-        EnvPrompt(
-            "ALFWorld-v0",
-            "",
-            "template",
-            ReplyFormat.TAGS,
-            "look",
-            default_history=2,
-            render=render_alfworld,
-            task_of=alfworld_task,
-            name="alfworld-verl-agent",
-        ),
-    ]
-}
+NAMED_PROMPTS: dict[str, EnvPrompt] = {p.name: p for m in _MODULES for p in m.PROMPTS}
 """Every prompt by name (the defaults among them); the protocols choose from these."""
 
 
@@ -235,7 +110,7 @@ def env_prompt(env_id: str, prompt: str | None = None) -> EnvPrompt:
     except KeyError:
         raise UnknownPromptError(
             f"no prompt is defined for {env_id!r}; prompts exist for {sorted(PROMPTS)} "
-            "(add an EnvPrompt to agentenvs.agents.prompts.PROMPTS)"
+            "(add a module with its EnvPrompt to agentenvs/agents/prompts/)"
         ) from None
 
 
@@ -299,7 +174,7 @@ def format_reply(
 
 
 def parse_action(env_id: str, text: str, prompt: str | None = None) -> ParseResult:
-    """The action of a reply, parsed by ``env_id``'s reply format (see :mod:`agentenvs.agents.parsing`)."""
+    """The action of a reply, parsed by ``env_id``'s reply format (:mod:`agentenvs.agents.parsing`)."""
     return parse_reply(text, env_prompt(env_id, prompt).reply_format)
 
 

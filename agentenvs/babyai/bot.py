@@ -22,7 +22,7 @@ from minigrid.envs.babyai.core.verifier import AfterInstr, PickupInstr, PutNextI
 from minigrid.utils.baby_ai_bot import BabyAIBot, DropSubgoal, GoNextToSubgoal
 
 from agentenvs.babyai.text import FORWARD, LEFT, RIGHT, run_primitives
-from agentenvs.agents.experts.base import ExpertFailure
+from agentenvs.expert import ExpertFailure
 
 __all__ = [
     "DIR_VECS",

@@ -1,73 +1,21 @@
-"""Compiled kernels for one-token decoding steps on CPU: attention (``decode_attention="kernel"``)
-and 4-bit weight products (``decode_weights="int4"``, :func:`int4_linear`).
+"""The CPU engine's compiled kernels: decoding and prefill attention, 4-bit and 8-bit weight
+products (:func:`int4_linear`, :func:`int8_linear`) and the sampler (:func:`sample_rows`).
 
-Why (SmolLM2-135M, bfloat16, two threads, the 2-core AMX machine of December 2026): with the
-two-bmm path (:mod:`agentenvs.agents.backends.cpu_attention`) a decoding step's attention cost 356 us a
-layer for one row and 914 us for eight (the shared system prompt's 635 positions plus about 520
-of each row's own), nearly all of it in four oneDNN ``bmm`` calls on matrices of three query
-rows, whose fixed cost per call and per batch item dominates. ``cpu_kernels.c`` does the same
-work in one call per layer: per (row, key head), the group's query heads score the shared
-prefix's positions and the row's visible ones (masked positions are skipped, not read), a
-float32 softmax, the weighted sum of the values, one rounding to bfloat16. Measured in one
-process on that machine (30 layers' buffers, so the keys come from memory): 71 against 356 us
-for one row, 319 against 914 us for eight.
+``kernels.c`` holds them: per (row, key head) a float32 softmax over the visible positions (the
+shared prefix's first, masked ones skipped), on AMX tiles where the CPU has them (Linux grants
+them per process on first use), else vector loops; 4-bit and 8-bit products with integer dot
+products (AVX-512 VNNI, else AVX2's ``vpmaddubsw``/``vpmaddwd``, else plain float32 sums,
+:func:`int_dot_path`); a sampler inverting each row's distribution in one pass. Each row's
+result is its own sums in a fixed order: the same bits alone or in any batch, at any thread
+count (the tests check it). Measurements and the arithmetic in detail: ``docs/cpu-engine.md``.
 
-On a CPU with AMX tiles (Linux grants them per process on first use), the kernel computes in the
-tile unit instead: the scores as products of 16 keys by up to 16 queries (``TDPBF16PS``: the
-products exact, float32 sums in the unit's fixed order), and the weighted sums of the values
-with each probability written as two bfloat16 parts (``hi + lo``, about 16 bits) against the
-values in tile layout, 32 positions at a time. The shared prefix is then scored and weighted once
-per key head for every row's queries, where the vector path reads it once per row. Measured in
-one process (30 layers' buffers, so the keys come from memory; the 645 prefix positions and 370
-of each row's own, as in the benchmark's last turns): 142 against 187 us a layer for 8 rows, 339
-against 501 for 32 rows, 39 against 36 for one row (which the prefix's bytes bound either way).
-The error against a float32 pass is that of the bfloat16 output's rounding on both paths (the
-tests check it). ``AGENTENVS_KERNEL_TILES=0`` (or :func:`set_tiles`) keeps the vector path.
-
-Prefill (``prefill_attention="kernel"``, :func:`prefill_attention`, tiles only): each chunk's new
-tokens against its row's keys, causal among them, with the same tile arithmetic, in units of 16
-queries (a query's result depends on its own keys and values, not on its chunk or the pass's
-other chunks). Against the two-bmm path of :mod:`agentenvs.agents.backends.cpu_attention`, one process,
-two threads: 45 new tokens over 900 positions 248 against 847 us a layer for one row and 1.8
-against 7.3 ms for eight; 256 new over 512, 0.65 against 3.4 ms.
-
-Exactness: scores and sums are float32 over the bfloat16 keys, values and query (AVX-512 BF16
-dot products where the CPU has them: each product exact, float32 sums), closer to a float32
-pass than the bmm path, whose scores are rounded to bfloat16. Each (row, key head) is one
-thread's work and its sums run over its visible positions packed in order (prefix first), so a
-row's result is the same bits alone or in any batch, with any padding, at any thread count;
-and the same with or without the cascade's split (the prefix's positions are the row's first).
-The tile path keeps these: a score's bits do not depend on the other keys or queries in its
-tile, and a row's weighted sums run over its visible positions in blocks of 32 counted from its
-first, the prefix's whole blocks shared, the block straddling the prefix's end the row's own.
-A float32 model's steps take a float32 twin (``decode_attention_f32``: the same positions in
-the same order, float32 keys, values and output, the compiler's vector loops).
-
-The 4-bit product (:func:`int4_linear`, :func:`pack_int4`; used by
-:mod:`agentenvs.agents.backends.cpu_int4` for calls of at most :data:`INT4_ROWS` rows): torch's CPU kernel
-(``_weight_int4pack_mm_for_cpu``) turns every weight into a float before multiplying, and that
-conversion, not memory, bounded it on the machine above (for one row as for eight: 82 and 225 us
-for the fused 3072 x 576 gate/up projection). With AVX-512 VNNI this kernel multiplies the 4-bit
-values as integers instead: each row's 32 values of a group are written as
-``s * (h + l / 254)`` with ``h`` and ``l`` int8 (about 15 bits per value, finer than the
-bfloat16 input's 8 except for values far below the group's largest), the dot products with the
-weights' ``q`` are exact integer sums, and the group's float32 scale and minimum (``w = q * s +
-low``, the GGUF's Q4_1 values kept in float32, not rounded to bfloat16) come in once per group.
-Measured in one process there (two threads, 30 layers' weights so they come from memory): 57
-against 82 us for one row of that projection, 119 against 225 for eight; 13 against 23 us and 32
-against 39 for the 576 x 576 output projection. Without VNNI but with AVX2 the same integer
-sums come from ``vpmaddubsw``/``vpmaddwd`` (:func:`int_dot_path`); rows may be float32 (a
-float32 model's, on a CPU without native bfloat16), the sums then returned in float32. Without
-either it computes plain float32 sums. Each row's sums are its own and in a fixed order: a
-row's bits do not depend on the call's other rows or the thread count (the tests check it).
-
-Build: on first use :func:`load` compiles ``cpu_kernels.c`` with the system C compiler
-(``$CC``, else ``gcc`` or ``cc``; ``-O3 -march=native -ffast-math -fopenmp``, about a second)
-into ``$AGENTENVS_CACHE/kernels`` (else ``~/.cache/agentenvs/kernels``), one file per source,
+Build: on first use :func:`load` compiles ``kernels.c`` with the system C compiler (``$CC``,
+else ``gcc`` or ``cc``; ``-O3 -march=native -ffast-math -fopenmp``, about a second) into
+``$AGENTENVS_CACHE/kernels`` (else ``~/.cache/agentenvs/kernels``), one file per source,
 compiler and CPU, and checks it against a float32 reference on random inputs. Where any step
 fails (no compiler, no OpenMP, a failed check) :func:`load` returns None, :func:`load_error`
-says why, and the backend keeps the bmm path and torch's 4-bit kernel (its run metadata
-records which ran).
+says why, and the engine keeps the two-bmm attention and torch's 4-bit kernel (its line in
+``run.json`` says so).
 """
 
 from __future__ import annotations
@@ -104,8 +52,8 @@ __all__ = [
     "tiles_available",
 ]
 
-SOURCE = Path(__file__).with_name("cpu_kernels.c")
-MAX_DIM = 256  # head sizes the kernel takes (MAX_DIM in cpu_kernels.c)
+SOURCE = Path(__file__).with_name("kernels.c")
+MAX_DIM = 256  # head sizes the kernel takes (MAX_DIM in kernels.c)
 _COMPILE = ["-O3", "-march=native", "-ffast-math", "-mprefer-vector-width=512", "-fopenmp"]
 _STATE: dict[str, Any] = {}
 KEPT_BUILDS = 8  # compiled kernels kept in kernel_dir() (one per source, compiler and CPU)
@@ -113,7 +61,7 @@ KEPT_BUILDS = 8  # compiled kernels kept in kernel_dir() (one per source, compil
 
 def kernel_dir() -> Path:
     """Where compiled kernels are kept (``$AGENTENVS_CACHE/kernels``)."""
-    from agentenvs.agents.embedded import cache_root
+    from agentenvs.agents.models import cache_root
 
     return cache_root() / "kernels"
 
@@ -215,7 +163,7 @@ def load() -> Any:
         library.tiles_available.restype = number
         library.set_tiles.restype = number
         library.set_tiles.argtypes = [number]
-        library.set_tiles(int(os.environ.get("AGENTENVS_KERNEL_TILES", "1") != "0"))
+        library.set_tiles(1)
         _STATE["prefill"], _STATE["library"] = prefill, library
         sample = library.sample_rows
         sample.restype = number
@@ -290,7 +238,7 @@ def tiles_available() -> bool:
 
 def set_tiles(enabled: bool) -> bool:
     """Use the tile paths where they exist (``enabled``), or the vector ones everywhere, as
-    ``AGENTENVS_KERNEL_TILES=0`` does from the start; returns the previous setting. The two
+    for the tests that compare them; returns the previous setting. The two
     paths round differently: switch before a run, not inside one."""
     if load() is None:
         return False
@@ -322,7 +270,7 @@ def prefill_attention(
     """``[batch, q_len, heads, dim]`` attention of prefill chunks, or None where the kernel
     does not apply (no AMX tiles, a head size other than 64). ``layout``: (key row, start, stop,
     new, query row, end) per chunk, the 6-number entries of
-    :func:`agentenvs.agents.backends.cpu_attention.prefill_rows`.
+    :func:`agentenvs.agents.backends.cpu.attention.rows_attention`.
 
     ``query``: ``[batch, heads, q_len, dim]``; ``keys``/``values``: contiguous
     ``[rows, kv_heads, capacity, dim]`` buffers; everything bfloat16 on CPU. Positions of the
@@ -359,14 +307,14 @@ def prefill_attention(
     return out
 
 
-INT4_ROWS = 16  # rows per int4_linear call at most (INT4_ROWS in cpu_kernels.c)
+INT4_ROWS = 16  # rows per int4_linear call at most (INT4_ROWS in kernels.c)
 
 
 def pack_int4(q: Any, scales_zeros: Any) -> tuple[Any, Any]:
     """:func:`int4_linear`'s layout of 4-bit weights: ``q`` int ``[N, K]`` in 0..15 and
     ``scales_zeros`` float32 ``[K / 32, N, 2]`` (scale, zero; ``w = (q - 8) * scale + zero``,
-    :func:`agentenvs.agents.backends.cpu_int4.quantize_groups`) as (packed uint8, float32 scales and
-    lows, ``w = q * scale + low``; the layout is ``cpu_kernels.c``'s). ``N % 64 == 0`` and
+    :func:`agentenvs.agents.backends.cpu.int4.quantize_groups`) as (packed uint8, float32 scales and
+    lows, ``w = q * scale + low``; the layout is ``kernels.c``'s). ``N % 64 == 0`` and
     ``K % 32 == 0``."""
     import torch
 
@@ -459,7 +407,7 @@ def sample_rows(logits: Any, temperature: float, draws: Any) -> tuple[Any, Any]:
     """(tokens int64 ``[rows]``, their log-probs at temperature 1, float32) for float32
     ``logits`` ``[rows, vocab]`` and one uniform draw per row in ``draws``: the first token
     whose cumulative ``exp((l - max) / temperature)`` exceeds the draw times the total
-    (``cpu_kernels.c``)."""
+    (``kernels.c``)."""
     import torch
 
     if load() is None:

@@ -713,7 +713,7 @@ int tiles_available(void) {
 #endif
 }
 
-/* on = 0: the vector paths even where tiles exist (AGENTENVS_KERNEL_TILES=0); returns the
+/* on = 0: the vector paths even where tiles exist (tests only); returns the
  * previous setting */
 int set_tiles(int on) {
 #ifdef HAVE_TILES

@@ -1,7 +1,7 @@
 """The BabyAI-Text expert: minigrid's own ``BabyAIBot`` translated into text actions.
 
 The bot plans in primitive actions (left, right, forward, pickup, drop, toggle); one text turn
-can run many of them. The expert keeps a *shadow* (:mod:`agentenvs.agents.experts.babyai_bot`): a private
+can run many of them. The expert keeps a *shadow* (:mod:`agentenvs.babyai.bot`): a private
 copy of the episode's minigrid state with a bot that has been told every primitive the text
 environment ran. At each call it rolls the bot forward on a copy of the shadow up to its next
 *event* (a pickup, drop or toggle, a completed part of the instruction, or the end of the
@@ -44,8 +44,7 @@ from minigrid.core.world_object import WorldObj
 from minigrid.envs.babyai.core.verifier import ObjDesc
 from minigrid.utils.baby_ai_bot import GoNextToSubgoal, OpenSubgoal
 
-from agentenvs.babyai.text import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE, Target, run_primitives
-from agentenvs.agents.experts.babyai_bot import (
+from agentenvs.babyai.bot import (
     DIR_VECS,
     MOVES,
     PlanStep,
@@ -55,7 +54,8 @@ from agentenvs.agents.experts.babyai_bot import (
     front_cell,
     rollout,
 )
-from agentenvs.agents.experts.base import Expert, ExpertDecision, ExpertFailure
+from agentenvs.babyai.text import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE, Target, run_primitives
+from agentenvs.expert import Expert, ExpertDecision, ExpertFailure
 
 if TYPE_CHECKING:
     from agentenvs.babyai.env import BabyAITextEnv

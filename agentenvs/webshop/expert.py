@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentenvs.agents.experts.base import Expert, ExpertDecision, ExpertFailure
+from agentenvs.expert import Expert, ExpertDecision, ExpertFailure
 
 if TYPE_CHECKING:
     from agentenvs.core import TextEnv

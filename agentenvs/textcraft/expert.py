@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agentenvs.agents.experts.base import Expert, ExpertDecision, ExpertFailure
+from agentenvs.expert import Expert, ExpertDecision, ExpertFailure
 
 if TYPE_CHECKING:
     from agentenvs.textcraft.crafting import CraftingTree, Recipe
