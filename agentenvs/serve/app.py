@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agentenvs import __version__
 from agentenvs.registration import ENVIRONMENTS
 from agentenvs.serve.errors import ServeError, error_for
+from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
 from agentenvs.serve.native import native_router
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import SessionStore
@@ -38,9 +39,14 @@ log = logging.getLogger("agentenvs.serve")
 # The environment keywords each API serves by default. AgentGym's servers play AgentGym's variant
 # of each game (BabyAI's rules="agentgym" and TextCraft's agentgym/<idx> tasks are already the
 # environments' defaults); OpenEnv clients get the environments' own defaults.
+# AgentGym's servers set no turn budget (the client's max_rounds does), so AgentGym's API plays
+# with a budget no client reaches.
+AGENTGYM_MAX_TURNS = 1000
 _AGENTGYM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "ALFWorld-v0": {"game_version": "agentgym"},
-    "BabyAI-Text-v0": {"rules": "agentgym"},
+    "TextCraft-v0": {"max_turns": AGENTGYM_MAX_TURNS},
+    "ALFWorld-v0": {"game_version": "agentgym", "max_turns": AGENTGYM_MAX_TURNS},
+    "BabyAI-Text-v0": {"rules": "agentgym", "max_turns": AGENTGYM_MAX_TURNS},
+    "WebShop-v0": {"max_turns": AGENTGYM_MAX_TURNS},
 }
 
 
@@ -49,10 +55,16 @@ def default_kwargs(env_id: str, api: str) -> dict[str, Any]:
     return dict(_AGENTGYM_DEFAULTS.get(env_id, {})) if api == "agentgym" else {}
 
 
-def _error_response(status: int, type_: str, message: str, service: EnvService | None) -> Response:
-    payload: dict[str, Any] = {"error": {"type": type_, "message": message}}
-    if service is not None:
+def _error_response(
+    status: int, type_: str, message: str, service: EnvService, path: str = NATIVE_PREFIX
+) -> Response:
+    """A native route's error ``{"error": {"type", "message"}, env_id, version, variant}``;
+    elsewhere (AgentGym's routes) AgentGym's ``{"error": "<message>"}`` plus ``error_type``."""
+    if path.startswith(NATIVE_PREFIX):
+        payload: dict[str, Any] = {"error": {"type": type_, "message": message}}
         payload.update(service.envelope())
+    else:
+        payload = {"error": message, "error_type": type_}
     return Response(dumps(payload), status_code=status, media_type="application/json")
 
 
@@ -67,8 +79,12 @@ class _BodyLimit:
         if scope["type"] == "http":
             for name, value in scope.get("headers", ()):
                 if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
-                    payload = dumps({"error": {"type": "body_too_large", "message":
-                                     f"request bodies are limited to {self.limit} bytes"}})
+                    message = f"request bodies are limited to {self.limit} bytes"
+                    payload = dumps(
+                        {"error": {"type": "body_too_large", "message": message}}
+                        if scope["path"].startswith(NATIVE_PREFIX)
+                        else {"error": message, "error_type": "body_too_large"}
+                    )
                     await send({"type": "http.response.start", "status": 413, "headers": [
                         (b"content-type", b"application/json"),
                         (b"content-length", str(len(payload)).encode())]})
@@ -85,11 +101,13 @@ def build_app(
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     snapshot_key: str | bytes | None = None,
-    id_prefix: str = "",
+    worker: int = 0,
+    workers: int = 1,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Any:
     """The ASGI app serving ``env_id`` through ``api`` (``"agentgym"`` or ``"openenv"``) plus the
-    native routes. ``env_kwargs`` override the API's default environment keywords."""
+    native routes. ``env_kwargs`` override the API's default environment keywords; ``worker`` of
+    ``workers`` (``agentenvs serve --workers``) tags the session ids this process hands out."""
     if env_id not in ENVIRONMENTS:
         raise ValueError(f"unknown environment id {env_id!r}; choose from {sorted(ENVIRONMENTS)}")
     if api not in APIS:
@@ -99,7 +117,7 @@ def build_app(
         default_kwargs={**default_kwargs(env_id, api), **dict(env_kwargs or {})},
         max_sessions=max_sessions,
         idle_timeout=idle_timeout,
-        id_prefix=id_prefix,
+        id_prefix=f"w{worker}-" if workers > 1 else "",
     )
     service = EnvService(store, version=__version__, key=server_key(snapshot_key), api=api)
 
@@ -122,7 +140,7 @@ def build_app(
                       lifespan=lifespan)
         from agentenvs.serve.agentgym import agentgym_router
 
-        router = agentgym_router(service)
+        router = agentgym_router(service, worker, workers)
         if router is not None:
             app.include_router(router)
     app.include_router(native_router(service))
@@ -134,28 +152,32 @@ def build_app(
 
 def _install_error_handlers(app: Any, service: EnvService) -> None:
     @app.exception_handler(ServeError)
-    async def serve_error(_request: Request, exc: ServeError) -> Response:
-        return _error_response(exc.status, exc.type, exc.message, service)
+    async def serve_error(request: Request, exc: ServeError) -> Response:
+        return _error_response(exc.status, exc.type, exc.message, service, request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(_request: Request, exc: RequestValidationError) -> Response:
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
             for e in exc.errors()
         )
-        return _error_response(422, "bad_request", f"malformed request: {problems}", service)
+        return _error_response(422, "bad_request", f"malformed request: {problems}", service,
+                               request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
-        return _error_response(exc.status_code, "http_error", str(exc.detail), service)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _error_response(exc.status_code, "http_error", str(exc.detail), service,
+                               request.url.path)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         mapped = error_for(exc)
         if mapped is not None:
-            return _error_response(mapped.status, mapped.type, mapped.message, service)
+            return _error_response(mapped.status, mapped.type, mapped.message, service,
+                                   request.url.path)
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return _error_response(500, "internal_error", f"{type(exc).__name__}: {exc}", service)
+        return _error_response(500, "internal_error", f"{type(exc).__name__}: {exc}", service,
+                               request.url.path)
 
 
 async def _sweep_forever(store: SessionStore) -> None:

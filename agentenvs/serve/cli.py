@@ -63,7 +63,8 @@ def _app_kwargs(args: argparse.Namespace, key: str | None, worker: int) -> dict[
         "max_sessions": args.max_sessions,
         "idle_timeout": args.idle_timeout or None,
         "snapshot_key": key,
-        "id_prefix": f"w{worker}-" if args.workers > 1 else "",
+        "worker": worker,
+        "workers": args.workers,
     }
 
 
