@@ -125,7 +125,8 @@ class HttpPool(RemotePool):
         )
         self._server: list[str] = list(urls)  # worker index -> the server it uses now
         self._sessions: dict[int, tuple[str, str]] = {}  # slot -> (server, session id)
-        self._local: EnvHost | None = None  # scripted policies' mirrors, cut-state matching
+        # scripted policies' mirrors and cut-state matching (a slot's environment on first use)
+        self._local = EnvHost(self.env_id, self.env_kwargs)
         self._seen: dict[int, list[tuple]] = {}  # slot -> the server's results, log-aligned
         self._mirrored: dict[int, int] = {}  # slot -> log operations applied to its mirror
         try:
@@ -161,13 +162,12 @@ class HttpPool(RemotePool):
             if problem is not None:
                 results.append(EnvFailure(problem))
                 continue
-            results.append(self._mirrors().run("act", [(ref, slot, key)])[0])
+            results.append(self._local.run("act", [(ref, slot, key)])[0])
         return results
 
     def end(self, policy: Any, items: Sequence[tuple[int, str]]) -> None:
-        if self._local is not None:
-            ref = self._policy_ref(policy)
-            self._local.run("end", [(ref, slot, key) for slot, key in items])
+        ref = self._policy_ref(policy)
+        self._local.run("end", [(ref, slot, key) for slot, key in items])
 
     def release(self, slot: int) -> list[str]:
         self._seen.pop(slot, None)
@@ -182,11 +182,6 @@ class HttpPool(RemotePool):
         finally:
             self._close_transport()
 
-    def _mirrors(self) -> EnvHost:
-        if self._local is None:
-            self._local = EnvHost(self.env_id, self.env_kwargs)
-        return self._local
-
     def _sync_mirror(self, slot: int) -> str | None:
         """Bring the slot's mirror to the server's state; a problem as text, else None."""
         log = self._logs.get(slot)
@@ -196,7 +191,7 @@ class HttpPool(RemotePool):
         operations = log.operations[done:]
         if not operations:
             return None
-        answers = self._mirrors().replay(operations)
+        answers = self._local.replay(operations)
         seen = self._seen[slot][done:]
         for n, (answer, expected) in enumerate(zip(answers, seen, strict=True), start=done):
             if isinstance(answer, EnvFailure) or _comparable(answer) != expected:
@@ -270,16 +265,16 @@ class HttpPool(RemotePool):
             _, session = self._sessions.pop(slot)
             if not kill:  # a clean close; a dead server's sessions died with it
                 try:
-                    self._client.post(f"{url}{API_PREFIX}/close", json={"session": session})
+                    self._client.post(
+                        f"{url}{API_PREFIX}/close", json={"session": session}, timeout=5.0
+                    )
                 except Exception:  # best effort: the server may be gone already
                     pass
 
     def _close_transport(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._client.close()
-        if self._local is not None:
-            self._local.close()
-            self._local = None
+        self._local.close()
 
     # ----- one operation on one server ---------------------------------------------------------
 
@@ -320,7 +315,7 @@ class HttpPool(RemotePool):
         last = steps[-1] if steps else body["reset"]
         reached, info = last["observation"], last["info"]
         if cut_observation is not None and reached != cut_observation:
-            if not self._mirrors().env(slot).match(cut_observation, reached):
+            if not self._local.env(slot).match(cut_observation, reached):
                 raise CutStateError(
                     f"replaying {len(prefix_actions)} prefix actions of {task_id} reaches "
                     f"{reached!r}, not the recorded cut observation {cut_observation!r}"
@@ -363,7 +358,7 @@ class HttpPool(RemotePool):
             last = steps[len(prefix) - 1]
             reached = (last["observation"], last["info"])
             missed = cut_observation is not None and reached[0] != cut_observation
-            if (missed and not self._mirrors().env(slot).match(cut_observation, reached[0])) or (
+            if (missed and not self._local.env(slot).match(cut_observation, reached[0])) or (
                 last["terminated"] or last["truncated"]
             ):  # the cut start fails: the per-operation path gives its error
                 return [self._apply(url, o, i) for o, i in operations]

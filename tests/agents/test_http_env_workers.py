@@ -8,6 +8,7 @@ episode is lost and every interrupted one completes with the trajectory it would
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -54,7 +55,7 @@ class Server:
 
     ``version`` (tests only) makes the server report another agentenvs version."""
 
-    def __init__(self, env_id: str = TC, version: str | None = None) -> None:
+    def __init__(self, env_id: str = TC, version: str | None = None, *options: str) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -63,10 +64,10 @@ class Server:
             "import sys, agentenvs\n"
             "if sys.argv[3]: agentenvs.__version__ = sys.argv[3]\n"
             "from agentenvs.serve.cli import serve_main\n"
-            "sys.exit(serve_main([sys.argv[1], '--port', sys.argv[2]]))\n"
+            "sys.exit(serve_main([sys.argv[1], '--port', sys.argv[2], *sys.argv[4:]]))\n"
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, env_id, str(self.port), version or ""],
+            [sys.executable, "-c", code, env_id, str(self.port), version or "", *options],
             stdout=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 120
@@ -83,6 +84,7 @@ class Server:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # in case a test stopped it
             self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
@@ -347,6 +349,39 @@ def test_a_killed_server_loses_nothing(policy_name, fresh_servers, undisturbed) 
     assert all(f"agentenvs server {first} is unreachable" in note for note in notes)
     assert any("restored on a new worker by replaying" in note for note in notes)  # mid-episode
     assert _by_key(trajectories, keep_notes=False) == undisturbed[policy_name]
+
+
+def test_a_hung_server_is_left_after_step_timeout(fresh_servers, undisturbed) -> None:
+    """A stopped (``SIGSTOP``) server misses the deadline; its episodes move to the other."""
+    with HttpPool(TC, [s.url for s in fresh_servers], ENV_KWARGS, step_timeout_s=1.0) as pool:
+        finished = []
+
+        def on_episode(_traj) -> None:
+            finished.append(_traj)
+            if len(finished) == 1:
+                victim = next(s for s in fresh_servers if s.url == pool.servers[0])
+                victim.proc.send_signal(signal.SIGSTOP)
+
+        trajectories = _play("conversation", pool, on_episode)
+        assert pool.restarts == 1
+    notes = [n for t in trajectories for n in t.metadata.get(NOTES, [])]
+    assert notes and all("gave no answer within 1 s" in n for n in notes)
+    assert _by_key(trajectories, keep_notes=False) == undisturbed["conversation"]
+
+
+def test_sessions_that_expired_between_runs_are_made_again(undisturbed) -> None:
+    """A pool kept open across runs (a trainer's) outlives its idle sessions: a new episode
+    makes a new session, nothing is retried."""
+    servers = [Server(TC, None, "--idle-timeout", "0.5")]
+    try:
+        with make_env_pool(TC, servers[0].url, ENV_KWARGS) as pool:
+            for _ in range(2):
+                assert _by_key(_play("conversation", pool)) == undisturbed["conversation"]
+                time.sleep(1.5)  # every session idles past the timeout
+                assert httpx.get(servers[0].url + HEALTH).json()["sessions"] == 0
+            assert pool.restarts == 0
+    finally:
+        servers[0].stop()
 
 
 def test_no_server_left_stops_the_run_and_keeps_finished_episodes(fresh_servers) -> None:
