@@ -40,7 +40,7 @@ from agentenvs.agents.rollout import (  # noqa: E402
 
 from agentenvs.registration import make  # noqa: E402
 
-from .conftest import cut_spec  # noqa: E402
+from .conftest import cut_spec, has_expert, registered_envs  # noqa: E402
 
 TC = "TextCraft-v0"
 MAX_TURNS = 10
@@ -288,6 +288,28 @@ def test_two_servers_match_in_process(policy_name, two_servers, undisturbed) -> 
         health = [httpx.get(s.url + HEALTH).json() for s in two_servers]
         assert all(h["sessions"] == 4 for h in health)  # 8 slots, sticky, spread evenly
     assert all(httpx.get(s.url + HEALTH).json()["sessions"] == 0 for s in two_servers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", [e for e in registered_envs() if has_expert(e)])
+def test_every_environment_over_a_server_matches_in_process(env_id) -> None:
+    """The expert's episodes of three test tasks through a server equal in process, with the
+    rollout's variant (an AgentGym-API server's own defaults, e.g. ALFWorld's game_version, do
+    not leak in: the client pins its variant keywords)."""
+    env = make(env_id)
+    try:
+        specs = plan_episodes(env.task_ids("test")[:3], 1)
+    finally:
+        env.close()
+    here = run_rollouts(make_policy("expert"), env_id, specs, RolloutConfig(max_active=8))
+    server = Server(env_id)
+    try:
+        config = RolloutConfig(max_active=8, workers=server.url)
+        there = run_rollouts(make_policy("expert"), env_id, specs, config)
+    finally:
+        server.stop()
+    assert _by_key(there) == _by_key(here)
+    assert all(t.error is None for t in there)
 
 
 def test_unknown_task_is_that_episode_error_only(two_servers) -> None:
