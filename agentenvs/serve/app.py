@@ -9,15 +9,15 @@ JSON, fields of the wrong type, oversized bodies, and the environment's own type
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.websockets import WebSocketDisconnect
 
 from agentenvs import __version__
 from agentenvs.registration import ENVIRONMENTS
@@ -69,7 +69,8 @@ def _error_response(
 
 
 class _BodyLimit:
-    """Refuses a request whose declared body exceeds ``limit`` bytes (413) before reading it."""
+    """Refuses a request whose declared body exceeds ``limit`` bytes (413) before reading it;
+    a WebSocket whose client went away ends quietly."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app = app
@@ -90,6 +91,12 @@ class _BodyLimit:
                         (b"content-length", str(len(payload)).encode())]})
                     await send({"type": "http.response.body", "body": payload})
                     return
+        if scope["type"] == "websocket":
+            try:
+                await self.app(scope, receive, send)
+            except WebSocketDisconnect:
+                pass  # the client left; openenv's handler closing the socket again is no fault
+            return
         await self.app(scope, receive, send)
 
 
@@ -121,23 +128,12 @@ def build_app(
     )
     service = EnvService(store, version=__version__, key=server_key(snapshot_key), api=api)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Any) -> AsyncIterator[None]:
-        sweeper = asyncio.create_task(_sweep_forever(store)) if idle_timeout else None
-        try:
-            yield
-        finally:
-            if sweeper is not None:
-                sweeper.cancel()
-            store.close_all()
-
     if api == "openenv":
         from agentenvs.serve.openenv import openenv_app
 
-        app = openenv_app(service, lifespan=lifespan)
+        app = openenv_app(service)
     else:
-        app = FastAPI(title=f"agentenvs serve {env_id} (AgentGym API)", version=__version__,
-                      lifespan=lifespan)
+        app = FastAPI(title=f"agentenvs serve {env_id} (AgentGym API)", version=__version__)
         from agentenvs.serve.agentgym import agentgym_router
 
         router = agentgym_router(service, worker, workers)
@@ -145,6 +141,20 @@ def build_app(
             app.include_router(router)
     app.include_router(native_router(service))
     app.state.service = service
+    # startup/shutdown hooks, not a lifespan: openenv's server registers its own hooks this way
+    sweeper: list[asyncio.Task[None]] = []
+
+    async def start_sweeper() -> None:
+        if idle_timeout:
+            sweeper.append(asyncio.create_task(_sweep_forever(store)))
+
+    async def stop_sweeper() -> None:
+        for task in sweeper:
+            task.cancel()
+        store.close_all()
+
+    app.router.on_startup.append(start_sweeper)
+    app.router.on_shutdown.append(stop_sweeper)
     _install_error_handlers(app, service)
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
     return app
