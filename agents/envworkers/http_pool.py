@@ -52,6 +52,10 @@ _GONE_STATUSES = (404, 410)  # the server no longer has the session: its environ
 class _ServerGone(Exception):
     """A request found its server dead, or without the session (the message says which)."""
 
+    def __init__(self, message: str, session_lost: bool = False) -> None:
+        super().__init__(message)
+        self.session_lost = session_lost
+
 
 class _Refused(Exception):
     """The server answered with an error that is not the environment's (e.g. no free session)."""
@@ -387,15 +391,23 @@ class HttpPool(RemotePool):
         if held is None or held[0] != url:
             if not create:
                 raise _ServerGone(f"has no session for slot {slot} (its episode was not reset)")
-            held = self._sessions[slot] = (url, self._new_session(url))
+            held = self._hold(url, slot)
         try:
             return self._post(url, route, {**body, "session": held[1]})
-        except _ServerGone:
-            if not create:
+        except _ServerGone as gone:
+            if not (create and gone.session_lost):
                 raise
         # a session that expired between episodes: a new one for this reset
-        self._sessions[slot] = (url, self._new_session(url))
-        return self._post(url, route, {**body, "session": self._sessions[slot][1]})
+        return self._post(url, route, {**body, "session": self._hold(url, slot)[1]})
+
+    def _hold(self, url: str, slot: int) -> tuple[str, str]:
+        """A new session on ``url`` for ``slot``, kept unless the slot's worker has moved off
+        ``url`` meanwhile (a request that outlived its deadline must not take the slot back)."""
+        held = (url, self._new_session(url))
+        if self._server[self.worker_of(slot)] != url:
+            raise _ServerGone(f"was left by worker {self.worker_of(slot)} during this request")
+        self._sessions[slot] = held
+        return held
 
     def _new_session(self, url: str) -> str:
         try:
@@ -443,7 +455,8 @@ class HttpPool(RemotePool):
             if response.status_code in _GONE_STATUSES and route != "sessions":
                 raise _ServerGone(
                     f"lost the session ({response.status_code} {error.get('type')}: "
-                    f"{error.get('message')})"
+                    f"{error.get('message')})",
+                    session_lost=True,
                 )
             kind, message = str(error.get("type")), str(error.get("message"))
             raise _EnvError(response.status_code, kind, message)

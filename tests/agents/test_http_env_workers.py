@@ -387,7 +387,7 @@ def test_a_hung_server_is_left_after_step_timeout(fresh_servers, undisturbed) ->
         trajectories = _play("conversation", pool, on_episode)
         assert pool.restarts == 1
     notes = [n for t in trajectories for n in t.metadata.get(NOTES, [])]
-    assert notes and all("gave no answer within 1 s" in n for n in notes)
+    assert notes and all("gave no answer" in n for n in notes)
     assert _by_key(trajectories, keep_notes=False) == undisturbed["conversation"]
 
 
