@@ -406,6 +406,18 @@ def test_sessions_that_expired_between_runs_are_made_again(undisturbed) -> None:
         servers[0].stop()
 
 
+def test_a_full_server_stops_the_run_with_what_to_change() -> None:
+    """More episodes in flight than the server's --max-sessions: a clear error, not episodes
+    marked failed one by one."""
+    server = Server(TC, None, "--max-sessions", "3")
+    try:
+        with make_env_pool(TC, server.url, ENV_KWARGS) as pool:
+            with pytest.raises(EnvWorkerError, match="has no free session .*--max-sessions"):
+                _play("conversation", pool)
+    finally:
+        server.stop()
+
+
 def test_no_server_left_stops_the_run_and_keeps_finished_episodes(fresh_servers) -> None:
     finished = []
 
