@@ -69,3 +69,53 @@ def textcraft_url() -> Iterator[str]:
 
     with live_server(build_app("TextCraft-v0", "agentgym", max_sessions=64)) as url:
         yield url
+
+
+@contextlib.contextmanager
+def serve_process(env_id: str, *args: str, workers: int = 1) -> Iterator[list[str]]:
+    """``agentenvs serve`` in its own process (its own interpreter: no GIL shared with the
+    test's client), on free ports; yields the workers' URLs once all answer /health."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import requests
+
+    while True:  # `workers` consecutive free ports
+        port = free_port()
+        try:
+            for i in range(1, workers):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + i))
+            break
+        except OSError:
+            continue
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentenvs.cli", "serve", env_id, "--port", str(port),
+         "--workers", str(workers), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    urls = [f"http://127.0.0.1:{port + i}" for i in range(workers)]
+    try:
+        deadline = time.monotonic() + 90
+        for url in urls:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"agentenvs serve exited: {proc.stderr.read()[-2000:]}")
+                try:
+                    requests.get(url + "/agentenvs/v1/health", timeout=2)
+                    break
+                except requests.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{url} did not start") from None
+                    time.sleep(0.1)
+        yield urls
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
