@@ -15,7 +15,8 @@ Per environment, all in the same run:
   (``/agentenvs/v1/reset`` and ``/step``); with W workers, client i talks to worker ``i % W``.
 
 The workload: the scripted expert's longest episode among the first 8 test tasks of each
-environment (ALFWorld: its default game version), played again and again (reset, then its actions) for ``--seconds``. A step's latency is the time of one
+environment (ALFWorld: its default game version), played again and again (reset, then its
+actions) for ``--seconds``. A step's latency is the time of one
 ``env.step`` in process, or of one ``POST /step`` (request, server, response) through the server;
 steps per second count steps over the whole wall time, resets included. Ratios are against the
 in-process figures of the same run: server steps/s over one in-process environment's (for
@@ -38,12 +39,11 @@ import multiprocessing
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +91,9 @@ class Stats:
 def workload(env_id: str, candidates: int = 8) -> Workload:
     """The longest of the expert's episodes on the first ``candidates`` test tasks (so resets,
     which cost about a step each, weigh little)."""
-    from agentenvs import env_class
     from agentenvs.agents.experts.base import make_expert
+
+    from agentenvs import env_class
 
     env = env_class(env_id)(max_turns=BIG_BUDGET)
     expert = make_expert(env_id)
@@ -278,7 +279,9 @@ def run_through_server(work: Workload, server: Server, clients: int, seconds: fl
 # ----- the benchmark -------------------------------------------------------------------------
 
 
-def bench_env(env_id: str, clients: list[int], workers: list[int], seconds: float) -> dict[str, Any]:
+def bench_env(
+    env_id: str, clients: list[int], workers: list[int], seconds: float
+) -> dict[str, Any]:
     """Every measurement of one environment, as a JSON-ready record."""
     work = workload(env_id)
     in_proc = {1: run_in_process(work, seconds)}

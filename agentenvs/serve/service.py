@@ -18,7 +18,9 @@ from agentenvs.serve.errors import ServeError, action_too_long, error_for
 from agentenvs.serve.sessions import Session, SessionStore
 from agentenvs.serve.tokens import make_token, read_token
 
-__all__ = ["EnvService", "dumps", "jsonable"]
+__all__ = ["MAX_REPLAY_ACTIONS", "EnvService", "dumps", "jsonable"]
+
+MAX_REPLAY_ACTIONS = 100_000
 
 
 def jsonable(value: Any) -> Any:
@@ -149,6 +151,9 @@ class EnvService:
         if not created and env_kwargs is not None:
             raise ServeError(422, "bad_request",
                              "give env_kwargs only without 'session' (a session keeps its own)")
+        if len(actions) > MAX_REPLAY_ACTIONS:
+            raise ServeError(413, "too_many_actions",
+                             f"{len(actions)} actions; a replay takes at most {MAX_REPLAY_ACTIONS}")
         for action in actions:
             if len(action) > self.template.max_action_length:
                 raise action_too_long(len(action), self.template.max_action_length)

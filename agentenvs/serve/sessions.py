@@ -110,7 +110,7 @@ class SessionStore:
         kwargs = {**self.default_kwargs, **check_env_kwargs(self.env_id, env_kwargs)}
         try:
             env = env_class(self.env_id)(**kwargs)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # any keyword the constructor refuses, however it refuses it
             raise ServeError(422, "bad_env_kwargs", f"{self.env_id}({kwargs}): {exc}") from exc
         return env, kwargs
 
