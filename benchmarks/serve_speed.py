@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     clients = [int(c) for c in args.clients.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     started = datetime.datetime.now(datetime.timezone.utc)
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     results = []
     for env_id in args.env_ids or list(DEFAULT_ENVS):
         try:
@@ -365,10 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:  # an optional extra not installed here
             print(f"skipping {env_id}: {exc}", file=sys.stderr)
     record = {"benchmark": "serve_speed", "date": started.isoformat(timespec="seconds"),
-              "machine": {**machine(), "load_average_start": machine()["load_average"]},
+              "machine": {**machine(), "load_average_start": load_at_start},
               "seconds": args.seconds, "clients": clients, "workers": workers,
               "results": results, "targets": targets(results)}
-    record["machine"]["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(format_table(results))
     for t in record["targets"]:
         print(f"{'MET' if t['met'] else 'NOT MET'}: {t['target']}: "

@@ -27,7 +27,7 @@ from agentenvs.serve.errors import ServeError
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import Session
 
-__all__ = ["AGENTGYM_ENVS", "agentgym_router"]
+__all__ = ["AGENTGYM_ENVS", "add_agentgym_routes"]
 
 
 def _json(payload: Any) -> Response:
@@ -435,14 +435,16 @@ AGENTGYM_ENVS: dict[str, Callable[[_AgentGym, APIRouter], None]] = {
 }
 
 
-def agentgym_router(service: EnvService, worker: int = 0, workers: int = 1) -> APIRouter | None:
-    """AgentGym's routes for the service's environment (None: AgentGym has no server for it)."""
+def add_agentgym_routes(
+    router: Any, service: EnvService, worker: int = 0, workers: int = 1
+) -> bool:
+    """Add AgentGym's routes for the service's environment to ``router`` (a FastAPI app or
+    APIRouter); False where AgentGym has no server for it (Sokoban)."""
     routes = AGENTGYM_ENVS.get(service.env_id)
     if routes is None:
-        return None
+        return False
     ag = _AgentGym(service, worker, workers)
-    router = APIRouter()
     routes(ag, router)
     if service.env_id != "WebShop-v0":
         _observe(ag, router)
-    return router
+    return True

@@ -23,7 +23,7 @@ from agentenvs import __version__
 from agentenvs.registration import ENVIRONMENTS
 from agentenvs.serve.errors import ServeError, error_for
 from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
-from agentenvs.serve.native import native_router
+from agentenvs.serve.native import add_native_routes
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import SessionStore
 from agentenvs.serve.tokens import server_key
@@ -132,14 +132,13 @@ def build_app(
         from agentenvs.serve.openenv import openenv_app
 
         app = openenv_app(service)
+        add_native_routes(app, service)
     else:
-        app = FastAPI(title=f"agentenvs serve {env_id} (AgentGym API)", version=__version__)
-        from agentenvs.serve.agentgym import agentgym_router
+        from agentenvs.serve.agentgym import add_agentgym_routes
 
-        router = agentgym_router(service, worker, workers)
-        if router is not None:
-            app.include_router(router)
-    app.include_router(native_router(service))
+        app = FastAPI(title=f"agentenvs serve {env_id} (AgentGym API)", version=__version__)
+        add_native_routes(app, service)
+        add_agentgym_routes(app, service, worker, workers)
     app.state.service = service
     # startup/shutdown hooks, not a lifespan: openenv's server registers its own hooks this way
     sweeper: list[asyncio.Task[None]] = []

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import Session
 
-__all__ = ["PREFIX", "native_router"]
+__all__ = ["PREFIX", "add_native_routes", "native_router"]
 
 PREFIX = "/agentenvs/v1"
 MAX_SEED = 2**63 - 1
@@ -64,49 +64,56 @@ def _step_json(result: Any) -> dict[str, Any]:
 
 
 def native_router(service: EnvService) -> APIRouter:
-    """The native routes over ``service``."""
-    router = APIRouter(prefix=PREFIX)
+    """The native routes over ``service``, as a router (to include elsewhere)."""
+    router = APIRouter()
+    add_native_routes(router, service)
+    return router
+
+
+def add_native_routes(router: Any, service: EnvService) -> None:
+    """Add the native routes to ``router`` (a FastAPI app or APIRouter). Added to the app itself
+    rather than included as a router, they cost FastAPI one route match, not two."""
     store = service.store
 
     def reply(payload: dict[str, Any], session: Session | None = None) -> Response:
         payload.update(service.envelope(session))
         return Response(dumps(payload), media_type="application/json")
 
-    @router.get("/health")
+    @router.get(PREFIX + "/health")
     async def health() -> Response:
         return reply(service.health())
 
-    @router.get("/tasks")
+    @router.get(PREFIX + "/tasks")
     async def tasks(split: str, family: str | None = None) -> Response:
         return reply(service.tasks(split, family))
 
-    @router.post("/sessions")
+    @router.post(PREFIX + "/sessions")
     async def create(body: CreateBody) -> Response:
         session = store.create(body.env_kwargs)
         return reply({"session": session.id}, session)
 
-    @router.post("/reset")
+    @router.post(PREFIX + "/reset")
     async def reset(body: ResetBody) -> Response:
         session = store.get(body.session)
         observation, info = service.reset(session, body.task_id, body.seed)
         return reply({"observation": observation, "info": info}, session)
 
-    @router.post("/step")
+    @router.post(PREFIX + "/step")
     async def step(body: StepBody) -> Response:
         session = store.get(body.session)
         return reply(_step_json(service.step(session, body.action)), session)
 
-    @router.post("/snapshot")
+    @router.post(PREFIX + "/snapshot")
     async def snapshot(body: SessionBody) -> Response:
         session = store.get(body.session)
         return reply({"snapshot": service.snapshot(session)}, session)
 
-    @router.post("/restore")
+    @router.post(PREFIX + "/restore")
     async def restore(body: RestoreBody) -> Response:
         session, observation, info = service.restore(body.snapshot, body.session)
         return reply({"session": session.id, "observation": observation, "info": info}, session)
 
-    @router.post("/replay")
+    @router.post(PREFIX + "/replay")
     async def replay(body: ReplayBody) -> Response:
         session, result = service.replay(body.task_id, body.actions, body.session, body.env_kwargs)
         return reply(
@@ -118,10 +125,8 @@ def native_router(service: EnvService) -> APIRouter:
             session,
         )
 
-    @router.post("/close")
+    @router.post(PREFIX + "/close")
     async def close(body: SessionBody) -> Response:
         session = store.get(body.session)
         store.close(session.id)
         return reply({"closed": True}, session)
-
-    return router
