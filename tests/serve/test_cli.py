@@ -80,3 +80,31 @@ def test_two_workers_on_consecutive_ports_with_sticky_sessions() -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_openenv_server_process_with_openenvs_client() -> None:
+    from openenv import GenericEnvClient
+
+    from .conftest import serve_process
+
+    with serve_process("Sokoban-v0", "--api", "openenv") as (url,):
+        with GenericEnvClient(base_url=url).sync() as env:
+            result = env.reset(task_id="seed/65536")
+            assert result.observation["info"]["task_id"] == "seed/65536" and not result.done
+
+
+def test_missing_serving_dependency_names_the_extra(monkeypatch, capsys) -> None:
+    import importlib.util
+
+    import pytest
+
+    from agentenvs.serve import build_app
+    from agentenvs.serve.cli import serve_main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "openenv" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install 'agentenvs\[serve\]'"):
+        build_app("TextCraft-v0", "openenv")
+    assert serve_main(["TextCraft-v0", "--api", "openenv"]) == 2
+    assert "agentenvs[serve]" in capsys.readouterr().err
