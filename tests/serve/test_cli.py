@@ -60,6 +60,11 @@ def test_two_workers_on_consecutive_ports_with_sticky_sessions() -> None:
             r = requests.post(url + "/agentenvs/v1/reset",
                               json={"session": sid, "task_id": "agentgym/3"})
             assert r.status_code == 200
+        # AgentGym's integer ids carry the worker too (n * workers + i)
+        ids = [requests.post(url + "/create", json={}).json()["id"] for url in urls]
+        assert [i % 2 for i in ids] == [0, 1]
+        r = requests.post(urls[0] + "/step", json={"id": ids[1], "action": "inventory"})
+        assert r.status_code == 404 and r.json()["error_type"] == "unknown_session"
         # a session asked of the other worker: a clear 404, the session itself unharmed
         r = requests.post(urls[1] + "/agentenvs/v1/step",
                           json={"session": sessions[0], "action": "inventory"})
