@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Avg@k / Pass@k of an agent on a split (resumable; tables + plot)",
     ),
     "train sft": ("agentenvs.train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),
+    "serve": (
+        "agentenvs.serve.cli:serve_main",
+        "serve an environment over HTTP (AgentGym's or OpenEnv's API)",
+    ),
     "train rl": ("agentenvs.train.rl.cli:rl_main", "RL: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo"),
 }
 

@@ -481,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="where environments step: 0 or inprocess (default), N or process:N (N local "
         "worker processes), ray[:N][@ADDRESS] (Ray actors, one per cluster CPU without N; "
-        "needs agentenvs[ray])",
+        "needs agentenvs[ray]), http://HOST:PORT[,http://HOST2:PORT] (agentenvs serve "
+        "servers, episodes spread over them)",
     )
     parser.add_argument(
         "--ray-address",

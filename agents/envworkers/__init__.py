@@ -10,12 +10,15 @@ Chosen by a spec string (``--env-workers`` on the command line, ``RolloutConfig.
 ``ray[:N][@ADDRESS]``      N Ray actors (``ray``: one per CPU of the cluster) on the Ray cluster
                            at ADDRESS (``auto``, ``HOST:6379``, ``ray://HOST:10001``; default:
                            ``RAY_ADDRESS`` or a new local Ray); needs ``agentenvs[ray]``
+``http://HOST:PORT[,...]`` sessions on ``agentenvs serve ENV_ID`` servers, one worker per
+                           server, each episode on one of them (:mod:`.http_pool`)
 =========================  =====================================================================
 
-Process and Ray pools isolate faults per episode: a worker that dies is replaced and each
-episode it hosted is retried once, exactly (its operations replayed on the new worker and checked
-against the original results); an episode that cannot be retried ends with ``error`` set and the
-others go on (:mod:`agentenvs.agents.envworkers.pool`). Every pool has the same interface,
+Process, Ray and http pools isolate faults per episode: a worker that dies is replaced (an http
+worker moves to the next live server) and each episode it hosted is retried once, exactly (its
+operations replayed on the new worker and checked against the original results); an episode that
+cannot be retried ends with ``error`` set and the others go on
+(:mod:`agentenvs.agents.envworkers.pool`). Every pool has the same interface,
 :class:`EnvWorkerPool`; :func:`make_env_pool` builds one from a spec.
 """
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentenvs.agents.envworkers.host import CutStateError, EnvFailure, EnvHost
+from agentenvs.agents.envworkers.http_pool import HttpPool, normalize_server_url
 from agentenvs.agents.envworkers.pool import (
     EnvWorkerError,
     EnvWorkerPool,
@@ -46,6 +50,7 @@ __all__ = [
     "EnvWorkerPool",
     "EnvWorkersSpec",
     "EnvWorkersSpecError",
+    "HttpPool",
     "InProcessPool",
     "ProcessPool",
     "RayPool",
@@ -59,6 +64,7 @@ ENV_WORKER_KINDS: dict[str, str] = {
     "inprocess": "every environment in this process (also: 0)",
     "process": "process:N local worker processes (also: N; 'process' alone: one per core)",
     "ray": "ray[:N][@ADDRESS] Ray actors ('ray' alone: one per cluster CPU)",
+    "http": "http://HOST:PORT[,http://HOST2:PORT] agentenvs servers ('agentenvs serve ENV_ID')",
 }
 
 _SPEC = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<n>\d+))?(?:@(?P<address>\S+))?$")
@@ -70,22 +76,26 @@ class EnvWorkersSpecError(ValueError):
 
 @dataclass(frozen=True)
 class EnvWorkersSpec:
-    """A parsed spec: ``kind`` (inprocess, process, ray), ``workers`` (None: the default for
-    the kind) and, for Ray, the cluster ``address`` (None: ``RAY_ADDRESS`` or a local Ray)."""
+    """A parsed spec: ``kind`` (inprocess, process, ray, http), ``workers`` (None: the default
+    for the kind), for Ray the cluster ``address`` (None: ``RAY_ADDRESS`` or a local Ray), for
+    http the server ``urls`` (one worker each)."""
 
     kind: str
     workers: int | None = None
     address: str | None = None
+    urls: tuple[str, ...] = ()
 
 
 def parse_env_workers(spec: int | str | EnvWorkersSpec | None) -> EnvWorkersSpec:
-    """Parse ``0``/``N``/``inprocess``/``process[:N]``/``ray[:N][@ADDRESS]`` (see the module
-    docstring)."""
+    """Parse ``0``/``N``/``inprocess``/``process[:N]``/``ray[:N][@ADDRESS]``/
+    ``http://HOST:PORT[,...]`` (see the module docstring)."""
     if isinstance(spec, EnvWorkersSpec):
         return spec
     if spec is None or spec == "":
         return EnvWorkersSpec("inprocess")
     text = str(spec).strip()
+    if re.match(r"^https?://", text):
+        return _parse_urls(text)
     if isinstance(spec, int) or re.fullmatch(r"-?\d+", text):
         n = int(text)
         if n < 0:
@@ -116,10 +126,15 @@ def make_env_pool(
 ) -> EnvWorkerPool:
     """The pool a spec names, making ``env_id`` with ``env_kwargs``.
 
-    ``options`` go to the pool: ``env_factory`` (all), ``step_timeout_s`` (process, ray),
-    ``cpus_per_worker`` and ``start_timeout_s`` (ray).
+    ``options`` go to the pool: ``env_factory`` (all but http: a server makes its environments
+    from ``env_id``), ``step_timeout_s`` (process, ray, http), ``cpus_per_worker`` (ray) and
+    ``start_timeout_s`` (ray, http).
     """
     parsed = parse_env_workers(spec)
+    if parsed.kind == "http":
+        return HttpPool(
+            env_id, parsed.urls, env_kwargs, **_only(options, "step_timeout_s", "start_timeout_s")
+        )
     if parsed.kind == "inprocess":
         return InProcessPool(env_id, env_kwargs, **_only(options, "env_factory"))
     if parsed.kind == "process":
@@ -128,6 +143,19 @@ def make_env_pool(
             env_id, parsed.workers, env_kwargs, **_only(options, "env_factory", "step_timeout_s")
         )
     return RayPool(env_id, parsed.workers, env_kwargs, address=parsed.address, **options)
+
+
+def _parse_urls(text: str) -> EnvWorkersSpec:
+    urls = []
+    for part in text.split(","):
+        try:
+            url = normalize_server_url(part)
+        except ValueError as exc:
+            raise EnvWorkersSpecError(_help(str(exc))) from None
+        if url in urls:
+            raise EnvWorkersSpecError(_help(f"the server {url} is listed twice"))
+        urls.append(url)
+    return EnvWorkersSpec("http", len(urls), urls=tuple(urls))
 
 
 def _only(options: dict[str, Any], *allowed: str) -> dict[str, Any]:

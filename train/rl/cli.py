@@ -42,6 +42,12 @@ def rl_main(argv: list[str]) -> int:
         "environment's own, see docs/protocols.md)",
     )
     parser.add_argument("--queries", help="prefix-grpo: replay.sample file (data.queries=...)")
+    parser.add_argument(
+        "--env-workers",
+        metavar="SPEC",
+        help="where environments step (rollout.env_workers=...): inprocess, process:N, "
+        "ray[:N][@ADDRESS] or http://HOST:PORT[,http://HOST2:PORT] (agentenvs serve servers)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("overrides", nargs="*", help="key=value settings, e.g. iterations=50")
@@ -54,6 +60,7 @@ def rl_main(argv: list[str]) -> int:
         ("env", "data.env_id"),
         ("protocol", "protocol"),
         ("queries", "data.queries"),
+        ("env_workers", "rollout.env_workers"),
     ):
         value = getattr(args, flag)
         if value:

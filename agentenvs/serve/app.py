@@ -1,0 +1,197 @@
+"""The ASGI app of ``agentenvs serve``: one environment id, one API, one session store.
+
+:func:`build_app` assembles the routes of the chosen API (AgentGym's or OpenEnv's) and the native
+routes over one :class:`~agentenvs.serve.service.EnvService`, and installs the error handling that
+turns every client mistake into a JSON 4xx (never a 500): unknown routes and methods, malformed
+JSON, fields of the wrong type, oversized bodies, and the environment's own typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.websockets import WebSocketDisconnect
+
+from agentenvs import __version__
+from agentenvs.registration import ENVIRONMENTS
+from agentenvs.serve.errors import ServeError, error_for
+from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
+from agentenvs.serve.native import add_native_routes
+from agentenvs.serve.service import EnvService, dumps
+from agentenvs.serve.sessions import SessionStore
+from agentenvs.serve.tokens import server_key
+
+__all__ = ["APIS", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_SESSIONS", "build_app", "default_kwargs"]
+
+APIS = ("agentgym", "openenv")
+DEFAULT_MAX_SESSIONS = 4096
+DEFAULT_IDLE_TIMEOUT = 3600.0
+MAX_BODY_BYTES = 64 * 1024 * 1024
+log = logging.getLogger("agentenvs.serve")
+
+# The environment keywords each API serves by default. AgentGym's servers play AgentGym's variant
+# of each game (BabyAI's rules="agentgym" and TextCraft's agentgym/<idx> tasks are already the
+# environments' defaults); OpenEnv clients get the environments' own defaults.
+# AgentGym's servers set no turn budget (the client's max_rounds does), so AgentGym's API plays
+# with a budget no client reaches.
+AGENTGYM_MAX_TURNS = 1000
+_AGENTGYM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "TextCraft-v0": {"max_turns": AGENTGYM_MAX_TURNS},
+    "ALFWorld-v0": {"game_version": "agentgym", "max_turns": AGENTGYM_MAX_TURNS},
+    "BabyAI-Text-v0": {"rules": "agentgym", "max_turns": AGENTGYM_MAX_TURNS},
+    "WebShop-v0": {"max_turns": AGENTGYM_MAX_TURNS},
+}
+
+
+def default_kwargs(env_id: str, api: str) -> dict[str, Any]:
+    """The environment keywords ``api`` serves ``env_id`` with when the client names none."""
+    return dict(_AGENTGYM_DEFAULTS.get(env_id, {})) if api == "agentgym" else {}
+
+
+def _error_response(
+    status: int, type_: str, message: str, service: EnvService, path: str = NATIVE_PREFIX
+) -> Response:
+    """A native route's error ``{"error": {"type", "message"}, env_id, version, variant}``;
+    elsewhere (AgentGym's routes) AgentGym's ``{"error": "<message>"}`` plus ``error_type``."""
+    if path.startswith(NATIVE_PREFIX):
+        payload: dict[str, Any] = {"error": {"type": type_, "message": message}}
+        payload.update(service.envelope())
+    else:
+        payload = {"error": message, "error_type": type_}
+    return Response(dumps(payload), status_code=status, media_type="application/json")
+
+
+class _BodyLimit:
+    """Refuses a request whose declared body exceeds ``limit`` bytes (413) before reading it;
+    a WebSocket whose client went away ends quietly."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                    message = f"request bodies are limited to {self.limit} bytes"
+                    payload = dumps(
+                        {"error": {"type": "body_too_large", "message": message}}
+                        if scope["path"].startswith(NATIVE_PREFIX)
+                        else {"error": message, "error_type": "body_too_large"}
+                    )
+                    await send({"type": "http.response.start", "status": 413, "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(payload)).encode())]})
+                    await send({"type": "http.response.body", "body": payload})
+                    return
+        if scope["type"] == "websocket":
+            try:
+                await self.app(scope, receive, send)
+            except WebSocketDisconnect:
+                pass  # the client left; openenv's handler closing the socket again is no fault
+            return
+        await self.app(scope, receive, send)
+
+
+def build_app(
+    env_id: str,
+    api: str = "agentgym",
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    snapshot_key: str | bytes | None = None,
+    worker: int = 0,
+    workers: int = 1,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Any:
+    """The ASGI app serving ``env_id`` through ``api`` (``"agentgym"`` or ``"openenv"``) plus the
+    native routes. ``env_kwargs`` override the API's default environment keywords; ``worker`` of
+    ``workers`` (``agentenvs serve --workers``) tags the session ids this process hands out."""
+    if env_id not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment id {env_id!r}; choose from {sorted(ENVIRONMENTS)}")
+    if api not in APIS:
+        raise ValueError(f"unknown api {api!r}; choose from {list(APIS)}")
+    store = SessionStore(
+        env_id,
+        default_kwargs={**default_kwargs(env_id, api), **dict(env_kwargs or {})},
+        max_sessions=max_sessions,
+        idle_timeout=idle_timeout,
+        id_prefix=f"w{worker}-" if workers > 1 else "",
+    )
+    service = EnvService(store, version=__version__, key=server_key(snapshot_key), api=api)
+
+    if api == "openenv":
+        from agentenvs.serve.openenv import openenv_app
+
+        app = openenv_app(service)
+        add_native_routes(app, service)
+    else:
+        from agentenvs.serve.agentgym import add_agentgym_routes
+
+        app = FastAPI(title=f"agentenvs serve {env_id} (AgentGym API)", version=__version__)
+        add_native_routes(app, service)
+        add_agentgym_routes(app, service, worker, workers)
+    app.state.service = service
+    # startup/shutdown hooks, not a lifespan: openenv's server registers its own hooks this way
+    sweeper: list[asyncio.Task[None]] = []
+
+    async def start_sweeper() -> None:
+        if idle_timeout:
+            sweeper.append(asyncio.create_task(_sweep_forever(store)))
+
+    async def stop_sweeper() -> None:
+        for task in sweeper:
+            task.cancel()
+        store.close_all()
+
+    app.router.on_startup.append(start_sweeper)
+    app.router.on_shutdown.append(stop_sweeper)
+    _install_error_handlers(app, service)
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    return app
+
+
+def _install_error_handlers(app: Any, service: EnvService) -> None:
+    @app.exception_handler(ServeError)
+    async def serve_error(request: Request, exc: ServeError) -> Response:
+        return _error_response(exc.status, exc.type, exc.message, service, request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
+            for e in exc.errors()
+        )
+        return _error_response(422, "bad_request", f"malformed request: {problems}", service,
+                               request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _error_response(exc.status_code, "http_error", str(exc.detail), service,
+                               request.url.path)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        mapped = error_for(exc)
+        if mapped is not None:
+            return _error_response(mapped.status, mapped.type, mapped.message, service,
+                                   request.url.path)
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return _error_response(500, "internal_error", f"{type(exc).__name__}: {exc}", service,
+                               request.url.path)
+
+
+async def _sweep_forever(store: SessionStore) -> None:
+    assert store.idle_timeout is not None
+    period = min(max(store.idle_timeout / 4, 0.05), 30.0)
+    while True:
+        await asyncio.sleep(period)
+        store.sweep()
