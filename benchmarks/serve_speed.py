@@ -91,7 +91,7 @@ class Stats:
 def workload(env_id: str, candidates: int = 8) -> Workload:
     """The longest of the expert's episodes on the first ``candidates`` test tasks (so resets,
     which cost about a step each, weigh little)."""
-    from agentenvs.agents.experts.base import make_expert
+    from agentenvs.expert import make_expert
 
     from agentenvs import env_class
 

@@ -29,7 +29,8 @@ from agentenvs.agents.envworkers import (  # noqa: E402
     make_env_pool,
     parse_env_workers,
 )
-from agentenvs.agents.policy import Completion, Policy, make_policy  # noqa: E402
+from agentenvs.agents.policy import Completion, Policy  # noqa: E402
+from agentenvs.agents.registry import make_policy  # noqa: E402
 from agentenvs.agents.prompts import format_reply  # noqa: E402
 from agentenvs.agents.rollout import (  # noqa: E402
     RolloutConfig,

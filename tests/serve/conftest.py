@@ -46,7 +46,7 @@ def expert_episode(
     env_id: str, task_id: str, **env_kwargs: Any
 ) -> tuple[list[str], list[float], str]:
     """The expert's actions on ``task_id`` played in process: (actions, rewards, last obs)."""
-    from agentenvs.agents.experts.base import make_expert
+    from agentenvs.expert import make_expert
 
     from agentenvs import env_class
 
