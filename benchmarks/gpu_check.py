@@ -211,7 +211,7 @@ class CheckPlan:
     limits_s: dict[str, float] = field(default_factory=dict)
     policy_options: dict[str, Any] = field(default_factory=dict)
     """Options of the transformers backend in the evals and the RL rollouts (``--policy-opt``,
-    e.g. ``decode=plain`` for a rerun if the default decoding path fails on the GPU); empty: the
+    e.g. ``prefix_cache=false`` for a rerun if the prefix cache fails on the GPU); empty: the
     backend's defaults."""
 
 
@@ -1054,7 +1054,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="transformers backend option for the evals and the RL rollouts, e.g. decode=plain "
+        help="transformers backend option for the evals and the RL rollouts, e.g. prefix_cache=false "
         "(repeatable; default: the backend's defaults)",
     )
     parser.add_argument("--fsdp-worker", action="store_true", help=argparse.SUPPRESS)

@@ -162,10 +162,10 @@ def test_policy_options_reach_the_rl_rollout_policy(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     args = gpu_check.build_parser().parse_args(
-        ["--out", "x", "--policy-opt", "decode=plain", "--policy-opt", "prefix_cache=false"]
+        ["--out", "x", "--policy-opt", "share_prefix=false", "--policy-opt", "prefix_cache=false"]
     )
     options = dict(args.policy_opt)
-    assert options == {"decode": "plain", "prefix_cache": False}
+    assert options == {"share_prefix": False, "prefix_cache": False}
     assert gpu_check._policy_factory(gpu_check.DRY_RUN_PLAN) is None  # the trainer's own
     plan = gpu_check.dataclasses.replace(gpu_check.DRY_RUN_PLAN, policy_options=options)
     model_dir = build_tiny_model(tmp_path / "tiny")
@@ -175,6 +175,6 @@ def test_policy_options_reach_the_rl_rollout_policy(tmp_path):
     policy = gpu_check._policy_factory(plan)(model, tokenizer, config)
     try:
         assert policy.model is model  # generates with the trainer's model
-        assert policy.run_metadata()["decode"] == "plain" and policy.prefix_cache is None
+        assert policy.share_prefix is False and policy.prefix_cache is None
     finally:
         policy.close()
