@@ -3,6 +3,7 @@
     agentenvs replay cuts expert.jsonl -o queries.jsonl --model SFT_DIR
     agentenvs replay cuts expert.jsonl -o q.jsonl --strategy fixed-ratio --ratios paper-b
     agentenvs replay validate queries.jsonl -o validated.jsonl
+    agentenvs replay validate queries.jsonl -o validated.jsonl --env-workers http://h:8000
     agentenvs replay sidecar validated.jsonl -o samples.jsonl --model SFT_DIR
 
 Each prints a progress bar while it runs and a summary table at the end; ``--limit N`` stops
@@ -153,19 +154,31 @@ def validate_main(argv: list[str]) -> int:
         action="store_true",
         help="replay every cut from reset (slower; same statuses)",
     )
+    parser.add_argument(
+        "--env-workers",
+        metavar="URLS",
+        help="replay on agentenvs serve servers instead of in process: "
+        "http://HOST:PORT[,http://HOST2:PORT] (same rows)",
+    )
     _common(parser)
     args = parser.parse_args(argv)
-    _run_stage(
-        parser,
-        args.out,
-        lambda: run_validate(
-            args.queries,
+    from agentenvs.agents.envworkers.pool import EnvWorkerError
+
+    try:
+        _run_stage(
+            parser,
             args.out,
-            limit=args.limit,
-            reuse_snapshots=not args.no_snapshot_reuse,
-            progress=not args.no_progress,
-        ),
-    )
+            lambda: run_validate(
+                args.queries,
+                args.out,
+                limit=args.limit,
+                reuse_snapshots=not args.no_snapshot_reuse,
+                progress=not args.no_progress,
+                env_workers=args.env_workers,
+            ),
+        )
+    except EnvWorkerError as exc:  # a dead or wrong server: one line with its fix
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     return 0
 
 

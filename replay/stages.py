@@ -271,8 +271,19 @@ def run_validate(
     limit: int | None = None,
     reuse_snapshots: bool = True,
     progress: bool = True,
+    env_workers: str | Sequence[str] | None = None,
 ) -> ValidateSummary:
-    """A ``replay.query`` file -> a ``replay.validated`` file (every query, with its status)."""
+    """A ``replay.query`` file -> a ``replay.validated`` file (every query, with its status).
+
+    ``env_workers``: ``agentenvs serve`` server URLs (a list, or one comma-separated string) to
+    replay on instead of in process; the rows are the same (:mod:`agentenvs.replay.validate`).
+    """
+    if isinstance(env_workers, str):
+        env_workers = [u for u in env_workers.split(",") if u.strip()]
+    if env_workers:
+        from agentenvs.agents.envworkers.http_pool import normalize_server_url
+
+        env_workers = [normalize_server_url(u) for u in env_workers]  # a bad URL fails here
     summary = ValidateSummary()
     total = count_rows(queries_path)
     bar = _progress(min(total, limit) if limit else total, "query", progress, "validate")
@@ -281,7 +292,11 @@ def run_validate(
 
     def rows() -> Iterator[dict[str, Any]]:
         for query, result in validate_queries(
-            queries, pool=EnvPool(), reuse_snapshots=reuse_snapshots, stats=summary.stats
+            queries,
+            pool=EnvPool(),
+            reuse_snapshots=reuse_snapshots,
+            stats=summary.stats,
+            env_workers=env_workers or None,
         ):
             summary.counts[(query.env_id, query.strategy, result.status.value)] += 1
             bar.update(1)

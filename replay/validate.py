@@ -25,13 +25,27 @@ first along one walk — the prefix of the deepest cut is replayed once, each cu
 a :class:`~agentenvs.core.Snapshot`, and a query that cannot continue the walk (after an error, or
 a prefix that leaves it) restores the deepest snapshot on its path instead of replaying from reset.
 Queries of one trajectory that cut at the same turn (two strategies agreeing) are validated once.
+
+Remote servers (``env_workers``, ``--env-workers http://HOST:PORT[,...]``): the same
+:class:`TrajectoryReplayer` walks each trajectory on an
+:class:`~agentenvs.agents.envworkers.http_env.HttpEnv` (a session on an ``agentenvs serve``
+server, stepped, snapshotted and restored over the native routes; ``match`` is a local
+environment's), so the rows are the same as in process. Trajectory ``i`` starts on server
+``i mod N``; N trajectories are in flight at a time (N servers); results come back in the input
+order. Every server must answer its health check for the first query's environment at start
+(else :class:`~agentenvs.agents.envworkers.pool.EnvWorkerError` naming it and how to start
+one). A server that dies mid-run is dropped: the trajectories it held are validated again from
+their start on the next live server; with none left, ``EnvWorkerError``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import enum
 import json
-from collections.abc import Iterable, Iterator
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -48,6 +62,7 @@ from agentenvs.replay.query import CutQuery
 
 __all__ = [
     "EnvPool",
+    "ServerEnvs",
     "ReplayStats",
     "TrajectoryReplayer",
     "ValidationResult",
@@ -336,13 +351,18 @@ def validate_queries(
     pool: EnvPool | None = None,
     reuse_snapshots: bool = True,
     stats: ReplayStats | None = None,
+    env_workers: Sequence[str] | None = None,
 ) -> Iterator[tuple[CutQuery, ValidationResult]]:
     """Validate a stream of queries, one trajectory (consecutive equal ``replay_key``) at a time.
 
     Yields ``(query, result)`` in the input order. An environment that cannot be made (an id
     that is not registered, a missing optional dependency) gives ``error`` for its queries.
-    ``stats``, if given, accumulates the environment work done.
+    ``stats``, if given, accumulates the environment work done. ``env_workers``: server URLs
+    (``http://HOST:PORT``) to replay on instead of in process (module docstring).
     """
+    if env_workers:
+        yield from _validate_on_servers(queries, env_workers, reuse_snapshots, stats)
+        return
     pool = pool or EnvPool()
     for _, group in groupby(queries, key=lambda q: q.replay_key):
         group = list(group)
@@ -361,3 +381,136 @@ def validate_queries(
         if stats is not None:
             stats.add(replayer.stats)
         yield from zip(group, results, strict=True)
+
+
+class ServerEnvs:
+    """Environments in sessions on ``agentenvs serve`` servers, for replay validation.
+
+    One :class:`~agentenvs.agents.envworkers.http_env.HttpEnv` per (server, environment keywords,
+    thread), made on first use; a dead server is left out from then on. ``close`` closes every
+    session.
+    """
+
+    def __init__(self, urls: Sequence[str], start_timeout_s: float = 30.0) -> None:
+        from agentenvs.agents.envworkers.http_pool import _import_httpx, normalize_server_url
+
+        urls = [normalize_server_url(u) for u in urls]
+        if not urls:
+            raise ValueError("--env-workers needs at least one server URL")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"a server is listed twice in {urls}")
+        self.urls = urls
+        self.start_timeout_s = start_timeout_s
+        self._httpx = _import_httpx()
+        self._client = self._httpx.Client(
+            timeout=self._httpx.Timeout(None, connect=start_timeout_s)
+        )
+        self._thread = threading.local()
+        self._lock = threading.Lock()
+        self._made: list[Any] = []
+        self.dead: dict[str, str] = {}  # url -> why
+
+    def check(self, env_id: str) -> None:
+        """Every server answers its health check and serves ``env_id`` (else EnvWorkerError)."""
+        from agentenvs.agents.envworkers.http_pool import check_health
+
+        for url in self.urls:
+            check_health(self._client, self._httpx, url, env_id, self.start_timeout_s)
+
+    def validate_trajectory(
+        self, index: int, group: list[CutQuery], reuse_snapshots: bool
+    ) -> tuple[list[ValidationResult], ReplayStats]:
+        """The results of one trajectory's queries, on server ``index % servers`` or, if that
+        one is dead or dies, the next live one."""
+        from agentenvs.agents.envworkers.http_env import ServerLost
+        from agentenvs.agents.envworkers.pool import EnvWorkerError
+
+        first = group[0]
+        pool = getattr(self._thread, "pool", None)
+        if pool is None:
+            pool = self._thread.pool = EnvPool()
+            self._thread.envs = {}
+        try:
+            local = pool.get(first.env_id, first.max_turns, first.env_kwargs)
+        except Exception as exc:
+            failure = ValidationResult(
+                ValidationStatus.ERROR, f"cannot make {first.env_id}: {type(exc).__name__}: {exc}"
+            )
+            return [failure] * len(group), ReplayStats()
+        kwargs = dict(first.env_kwargs or {})
+        if first.max_turns is not None:
+            kwargs["max_turns"] = first.max_turns
+        n = len(self.urls)
+        for k in range(n):
+            url = self.urls[(index + k) % n]
+            if url in self.dead:
+                continue
+            key = (url, first.env_id, json.dumps(kwargs, sort_keys=True, default=str))
+            env = self._thread.envs.get(key)
+            try:
+                if env is None:
+                    env = self._make(url, first.env_id, kwargs, local)
+                    self._thread.envs[key] = env
+            except ServerLost as lost:
+                self.dead.setdefault(url, str(lost))
+                continue
+            replayer = TrajectoryReplayer(env, reuse_snapshots=reuse_snapshots)
+            results = replayer.validate_trajectory(group)
+            if env.lost is None:
+                return results, replayer.stats
+            self.dead.setdefault(url, env.lost)  # validated again on the next live server
+            self._thread.envs.pop(key, None)
+        raise EnvWorkerError(
+            f"no agentenvs server is left to validate {first.env_id} {first.task_id} on: "
+            + "; ".join(self.dead.values())
+        )
+
+    def _make(self, url: str, env_id: str, kwargs: dict[str, Any], local: TextEnv) -> Any:
+        from agentenvs.agents.envworkers.http_env import HttpEnv
+
+        env = HttpEnv(url, env_id, kwargs, local, self._client, self._httpx)
+        with self._lock:
+            self._made.append(env)
+        return env
+
+    def close(self) -> None:
+        for env in self._made:
+            env.close()
+        self._client.close()
+
+
+def _validate_on_servers(
+    queries: Iterable[CutQuery],
+    urls: Sequence[str],
+    reuse_snapshots: bool,
+    stats: ReplayStats | None,
+) -> Iterator[tuple[CutQuery, ValidationResult]]:
+    """:func:`validate_queries` on remote servers (module docstring)."""
+    servers = ServerEnvs(urls)
+    groups = (list(g) for _, g in groupby(queries, key=lambda q: q.replay_key))
+    pending: deque[tuple[list[CutQuery], cf.Future]] = deque()
+    executor = cf.ThreadPoolExecutor(len(servers.urls), thread_name_prefix="agentenvs-validate")
+
+    def finish_one() -> Iterator[tuple[CutQuery, ValidationResult]]:
+        group, future = pending.popleft()
+        results, work = future.result()
+        if stats is not None:
+            stats.add(work)
+        yield from zip(group, results, strict=True)
+
+    try:
+        for index, group in enumerate(groups):
+            if index == 0:
+                servers.check(group[0].env_id)
+            pending.append(
+                (group, executor.submit(servers.validate_trajectory, index, group, reuse_snapshots))
+            )
+            if len(pending) > 2 * len(servers.urls):
+                yield from finish_one()
+        while pending:
+            yield from finish_one()
+    finally:
+        for _, future in pending:
+            future.cancel()
+        executor.shutdown(wait=True)
+        servers.close()

@@ -430,37 +430,7 @@ class HttpPool(RemotePool):
         return self._answer(url, route, lambda: self._client.post(address, json=body))
 
     def _answer(self, url: str, route: str, send: Any) -> dict[str, Any]:
-        httpx = self._httpx
-        try:
-            response = send()
-        except httpx.TimeoutException as exc:
-            raise _ServerGone(
-                f"gave no answer to /{route} in time ({type(exc).__name__})"
-            ) from None
-        except httpx.TransportError as exc:
-            raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
-        if response.status_code >= 500:
-            raise _ServerGone(f"failed: /{route} answered {response.status_code}")
-        try:
-            payload = response.json()
-        except ValueError:
-            raise _Refused(
-                f"{url} answered /{route} with {response.status_code} and no JSON: is it an "
-                f"agentenvs server? Start one with `{_serve_command(self.env_id, url)}`"
-            ) from None
-        if response.status_code >= 400:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            if not isinstance(error, dict):
-                error = {"type": "HTTPError", "message": str(payload)}
-            if response.status_code in _GONE_STATUSES and route != "sessions":
-                raise _ServerGone(
-                    f"lost the session ({response.status_code} {error.get('type')}: "
-                    f"{error.get('message')})",
-                    session_lost=True,
-                )
-            kind, message = str(error.get("type")), str(error.get("message"))
-            raise _EnvError(response.status_code, kind, message)
-        return payload
+        return answer_json(self._httpx, self.env_id, url, route, send)
 
     # ----- start-up checks -----------------------------------------------------------------------
 
@@ -475,45 +445,11 @@ class HttpPool(RemotePool):
 
     def _variant_kwargs(self) -> dict[str, Any]:
         """The variant's keywords that the environment's constructor takes."""
-        import inspect
-
-        from agentenvs.registration import env_class
-
-        params = inspect.signature(env_class(self.env_id).__init__).parameters
-        return {k: v for k, v in self._variant.items() if k in params}
+        return variant_kwargs(self.env_id, self._variant)
 
     def _check_health(self, url: str) -> dict[str, Any]:
         """The server's health answer, checked: same env id and agentenvs version."""
-        from agentenvs import __version__
-
-        how = f"start one with `{_serve_command(self.env_id, url)}` (or fix the URL)"
-        try:
-            response = self._client.get(f"{url}{API_PREFIX}/health", timeout=self.start_timeout_s)
-        except self._httpx.TransportError as exc:
-            raise EnvWorkerError(
-                f"no agentenvs server answers at {url} ({type(exc).__name__}: {exc}): {how}"
-            ) from None
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if response.status_code != 200 or not isinstance(body, dict) or "env_id" not in body:
-            raise EnvWorkerError(
-                f"{url} is not an agentenvs server (GET {API_PREFIX}/health answered "
-                f"{response.status_code}): {how}"
-            )
-        if body["env_id"] != self.env_id:
-            raise EnvWorkerError(
-                f"{url} serves {body['env_id']}, this run needs {self.env_id}: start "
-                f"`{_serve_command(self.env_id, url)}` (or list the servers of {self.env_id})"
-            )
-        if body.get("version") != __version__:
-            raise EnvWorkerError(
-                f"{url} runs agentenvs {body.get('version')}, this client {__version__}: both "
-                "sides need the same version (the same environments, the same results); "
-                "upgrade one of them"
-            )
-        return body
+        return check_health(self._client, self._httpx, url, self.env_id, self.start_timeout_s)
 
     def _check_server(self, url: str) -> None:
         """Health, then one session with this run's environment keywords: its variant must be
@@ -537,6 +473,89 @@ class HttpPool(RemotePool):
                 f"{variant}, this client as {self._variant}: the same agentenvs installation "
                 "is needed on both sides"
             )
+
+
+def answer_json(httpx: Any, env_id: str, url: str, route: str, send: Any) -> dict[str, Any]:
+    """The JSON answer of ``send()`` (a request to ``url``'s ``route``): :class:`_ServerGone` for
+    a dead server or a lost session, :class:`_EnvError` for a 4xx answer, :class:`_Refused` for a
+    non-agentenvs answer."""
+    try:
+        response = send()
+    except httpx.TimeoutException as exc:
+        raise _ServerGone(
+            f"gave no answer to /{route} in time ({type(exc).__name__})"
+        ) from None
+    except httpx.TransportError as exc:
+        raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
+    if response.status_code >= 500:
+        raise _ServerGone(f"failed: /{route} answered {response.status_code}")
+    try:
+        payload = response.json()
+    except ValueError:
+        raise _Refused(
+            f"{url} answered /{route} with {response.status_code} and no JSON: is it an "
+            f"agentenvs server? Start one with `{_serve_command(env_id, url)}`"
+        ) from None
+    if response.status_code >= 400:
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if not isinstance(error, dict):
+            error = {"type": "HTTPError", "message": str(payload)}
+        if response.status_code in _GONE_STATUSES and route != "sessions":
+            raise _ServerGone(
+                f"lost the session ({response.status_code} {error.get('type')}: "
+                f"{error.get('message')})",
+                session_lost=True,
+            )
+        kind, message = str(error.get("type")), str(error.get("message"))
+        raise _EnvError(response.status_code, kind, message)
+    return payload
+
+
+def variant_kwargs(env_id: str, variant: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of ``variant`` that ``env_id``'s constructor takes: pinned in a session's
+    create body, so that a server whose API defaults others makes the same environment."""
+    import inspect
+
+    from agentenvs.registration import env_class
+
+    params = inspect.signature(env_class(env_id).__init__).parameters
+    return {k: v for k, v in variant.items() if k in params}
+
+
+def check_health(
+    client: Any, httpx: Any, url: str, env_id: str, timeout: float = DEFAULT_START_TIMEOUT_S
+) -> dict[str, Any]:
+    """The server's health answer, checked: same env id and agentenvs version."""
+    from agentenvs import __version__
+
+    how = f"start one with `{_serve_command(env_id, url)}` (or fix the URL)"
+    try:
+        response = client.get(f"{url}{API_PREFIX}/health", timeout=timeout)
+    except httpx.TransportError as exc:
+        raise EnvWorkerError(
+            f"no agentenvs server answers at {url} ({type(exc).__name__}: {exc}): {how}"
+        ) from None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code != 200 or not isinstance(body, dict) or "env_id" not in body:
+        raise EnvWorkerError(
+            f"{url} is not an agentenvs server (GET {API_PREFIX}/health answered "
+            f"{response.status_code}): {how}"
+        )
+    if body["env_id"] != env_id:
+        raise EnvWorkerError(
+            f"{url} serves {body['env_id']}, this run needs {env_id}: start "
+            f"`{_serve_command(env_id, url)}` (or list the servers of {env_id})"
+        )
+    if body.get("version") != __version__:
+        raise EnvWorkerError(
+            f"{url} runs agentenvs {body.get('version')}, this client {__version__}: both "
+            "sides need the same version (the same environments, the same results); "
+            "upgrade one of them"
+        )
+    return body
 
 
 class _EnvError(Exception):
