@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -570,19 +571,9 @@ def _policy_factory(plan: CheckPlan) -> Any:
     if not plan.policy_options:
         return None
 
-    def make(model: Any, tokenizer: Any, config: Any) -> Any:
-        from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+    from agentenvs.train.rl.trainer import transformers_policy
 
-        return TransformersPolicy.from_model(
-            model,
-            tokenizer,
-            max_batch_size=config.rollout.max_batch_size,
-            chat_template_kwargs=config.rollout.chat_template_kwargs,
-            spec=f"hf:{config.model}",
-            **plan.policy_options,
-        )
-
-    return make
+    return functools.partial(transformers_policy, **plan.policy_options)
 
 
 class _Timed:

@@ -83,7 +83,9 @@ metrics (the vLLM engine's probe gap), which join the iteration's."""
 PolicyFactory = Callable[[Any, Any, RLConfig], Policy]
 
 
-def _transformers_policy(model: Any, tokenizer: Any, config: RLConfig) -> Policy:
+def transformers_policy(model: Any, tokenizer: Any, config: RLConfig, **options: Any) -> Policy:
+    """The default rollout policy: the transformers backend over the trainer's own model
+    (``options``: further backend options)."""
     from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 
     return TransformersPolicy.from_model(
@@ -92,6 +94,7 @@ def _transformers_policy(model: Any, tokenizer: Any, config: RLConfig) -> Policy
         max_batch_size=config.rollout.max_batch_size,
         chat_template_kwargs=config.rollout.chat_template_kwargs,
         spec=f"hf:{config.model}",
+        **options,
     )
 
 
@@ -100,7 +103,7 @@ def _policy_factory(config: RLConfig) -> PolicyFactory:
         from agentenvs.train.rl.vllm_engine import vllm_policy_factory
 
         return vllm_policy_factory
-    return _transformers_policy
+    return transformers_policy
 
 
 class _NoLogger:
