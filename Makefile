@@ -12,9 +12,9 @@ PYTEST_ARGS ?=
 
 # Everything the README uses is the [all] extra (ALFWorld's engine, the embedded model, verl,
 # TRL, the servers); torch's build (CUDA with a GPU, else the CPU wheel) is chosen first by
-# scripts/install_torch.sh so that no extra pulls a CUDA build onto a CPU machine. Two packages
-# compile once, then pip's wheel cache reuses them: ALFWorld's planner (fast-downward-textworld,
-# about 6.5 minutes on 2 cores) and llama-cpp-python (the embedded model's declared dependency).
+# scripts/install_torch.sh so that no extra pulls a CUDA build onto a CPU machine. One package
+# compiles once, then pip's wheel cache reuses it: ALFWorld's planner (fast-downward-textworld).
+# The embedded model's weights come from `agentenvs models fetch embedded` (no llama-cpp-python).
 # verl 0.9.1 pins transformers<5.11: the whole venv runs transformers 5.10.4 (pyproject.toml).
 
 .PHONY: install test test-slow demo bench rollout-speed learning-check clean test-vllm-cpu
@@ -26,6 +26,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml Makefile scripts/install_torch.sh
 	bash scripts/install_torch.sh $(PY)
 	$(PIP) install -e ".[all,test]"
+	$(PY) -m agentenvs.cli models fetch embedded
 	touch $(STAMP)
 
 install: $(STAMP)

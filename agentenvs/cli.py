@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Avg@k / Pass@k of an agent on a split (resumable; tables + plot)",
     ),
     "train sft": ("agentenvs.train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),
+    "models fetch": (
+        "agentenvs.agents.models:fetch_main",
+        "get a model's weights into the local cache (the embedded model) for offline runs",
+    ),
     "serve": (
         "agentenvs.serve.cli:serve_main",
         "serve an environment over HTTP (AgentGym's or OpenEnv's API)",

