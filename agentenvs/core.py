@@ -46,7 +46,6 @@ __all__ = [
     "TextSpace",
     "UnknownSplitError",
     "UnknownTaskError",
-    "did_you_mean",
     "match_fields",
     "match_text",
     "normalize_whitespace",
@@ -57,15 +56,6 @@ SNAPSHOT_VERSION = 1
 
 # --------------------------------------------------------------------------------------------
 # Errors: typed, and each says how to fix the problem.
-
-
-def did_you_mean(name: str, choices: Sequence[str], prefix: str = "") -> str:
-    """The hint an unknown-name error ends with: ``" Did you mean 'x'?"`` for the closest of
-    ``choices`` (shown after ``prefix``, e.g. a setting's section), or ``""`` when none is close."""
-    import difflib
-
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" Did you mean {prefix}{close[0]!r}?" if close else ""
 
 
 class UnknownTaskError(ValueError):

@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from agentenvs.core import did_you_mean
+from agentenvs.suggestions import did_you_mean
 
 __all__ = [
     "MAX_ACTION_CHARS",

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from agentenvs.agents.prompts.alfworld import ALFWORLD_INVALID_ACTION
 from agentenvs.agents.prompts.babyai import BABYAI_INVALID_ACTION
 from agentenvs.agents.prompts.textcraft import TEXTCRAFT_INVALID_ACTION
-from agentenvs.core import did_you_mean
+from agentenvs.suggestions import did_you_mean
 
 __all__ = [
     "DEFAULT_PROTOCOLS",

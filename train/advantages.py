@@ -59,7 +59,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from agentenvs.core import did_you_mean
+from agentenvs.suggestions import did_you_mean
 from agentenvs.train._groups import (
     as_numpy,
     check_length,

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentenvs.core import did_you_mean
+from agentenvs.suggestions import did_you_mean
 
 __all__ = ["ConfigError", "config_to_dict", "load_config", "parse_overrides"]
 

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentenvs.core import did_you_mean
+from agentenvs.suggestions import did_you_mean
 from agentenvs.train._groups import as_numpy, check_length, factorize
 from agentenvs.train.losses import (
     PolicyLossConfig,

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentenvs.core import did_you_mean
+from agentenvs.suggestions import did_you_mean
 from agentenvs.train.advantages import get_advantage_estimator
 from agentenvs.train.distributed import FSDPSettings
 from agentenvs.train.losses import AGG_MODES, PolicyLossConfig, RolloutCorrectionConfig
