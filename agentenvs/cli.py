@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay validate": ("agentenvs.replay.cli:validate_main", "replay-validate cut-state queries"),
     "replay sidecar": ("agentenvs.replay.cli:sidecar_main", "canonical prompts + prefix sidecars"),
     "eval": (
-        "agentenvs.benchmarks.evaluate:main",
+        "agentenvs.benchmarks.eval.cli:main",
         "Avg@k / Pass@k of an agent on a split (resumable; tables + plot)",
     ),
     "train sft": ("agentenvs.train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),

@@ -15,7 +15,7 @@ name, error, traceback tail) without stopping the steps that do not need the fai
     tokens are the low ids of the models' published vocabularies, so every prompt encodes and
     a sampled id above them decodes to nothing), saved in bf16 under ``OUT/models``.
 ``eval_<shape>``
-    ``agentenvs eval`` (:func:`agentenvs.benchmarks.evaluate.evaluate`) on TextCraft with the
+    ``agentenvs eval`` (:func:`agentenvs.benchmarks.eval.evaluate.evaluate`) on TextCraft with the
     transformers backend on CUDA in bf16: 64 episodes in one batch (8 tasks x 8 samples), turns
     and reply length capped (a random model never stops, so every reply is full length): generated
     tokens per second, episodes per minute (both over the whole call, model load included) and
@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.evaluate import _option
+from agentenvs.benchmarks.eval.cli import key_value
 
 __all__ = [
     "DRY_RUN_PLAN",
@@ -440,8 +440,9 @@ def build_models(plan: CheckPlan, out: Path) -> dict[str, Any]:
 def run_eval(plan: CheckPlan, shape: CheckShape, model_dir: str, out: Path) -> dict[str, Any]:
     """``agentenvs eval`` on TextCraft with the transformers backend; speed and memory."""
     from agentenvs.agents.trajectory import read_trajectories
-    from agentenvs.benchmarks.eval_resume import TRAJECTORIES
-    from agentenvs.benchmarks.evaluate import EvalSettings, evaluate
+    from agentenvs.benchmarks.eval.resume import TRAJECTORIES
+    from agentenvs.benchmarks.eval.evaluate import evaluate
+    from agentenvs.benchmarks.eval.settings import EvalSettings
 
     device = _device(plan)
     episodes = plan.eval_tasks * plan.eval_samples
@@ -1041,7 +1042,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget-s", type=float, default=None, help="overall time budget")
     parser.add_argument(
         "--policy-opt",
-        type=_option,
+        type=key_value,
         action="append",
         default=[],
         metavar="KEY=VALUE",

@@ -4,7 +4,7 @@ SFT as a paired difference over (seed, eval task) with its z score, and the file
 
 Avg@k of one (arm, seed) is the mean over eval tasks of c / n (c successes in n episodes; the
 unbiased estimate of the mean success of k samples); Pass@k the mean of the unbiased
-1 - C(n - c, k) / C(n, k) (:mod:`agentenvs.benchmarks.metrics`). The SE over seeds uses the sample
+1 - C(n - c, k) / C(n, k) (:mod:`agentenvs.benchmarks.eval.metrics`). The SE over seeds uses the sample
 standard deviation (ddof 1). The paired difference of an arm is, for each (seed, task), its
 success rate minus the SFT model's of the same seed on the same task; its SE is the standard
 deviation of those differences over sqrt(pairs), z = mean / SE.
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.metrics import pass_at_k
+from agentenvs.benchmarks.eval.metrics import pass_at_k
 
 __all__ = ["arm_table", "format_summary", "machine", "paired", "plot_curve"]
 

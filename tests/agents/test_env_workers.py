@@ -281,7 +281,7 @@ def test_a_pool_is_reused_across_calls_and_checked(undisturbed) -> None:
 
 
 def test_eval_cli_takes_env_workers(tmp_path, capsys) -> None:
-    from agentenvs.benchmarks.evaluate import main
+    from agentenvs.benchmarks.eval.cli import main
 
     argv = [TC, "--agent", "expert", "-k", "1", "--limit", "3", "--no-progress"]
     assert main([*argv, "--out", str(tmp_path / "a"), "--env-workers", "process:2"]) == 0

@@ -452,7 +452,7 @@ def _records(path: Path) -> dict[tuple[str, int], dict]:
 
 
 def test_eval_cli_over_two_servers(two_servers, tmp_path, capsys) -> None:
-    from agentenvs.benchmarks.evaluate import main
+    from agentenvs.benchmarks.eval.cli import main
 
     argv = [TC, "--agent", "expert", "-k", "2", "--limit", "4", "--no-progress"]
     assert main([*argv, "--out", str(tmp_path / "here")]) == 0

@@ -15,7 +15,9 @@ import pytest
 
 from agentenvs.cli import main as cli_main
 from agentenvs.agents.trajectory import read_trajectories
-from agentenvs.benchmarks.evaluate import EvalSettings, EvalSettingsError, evaluate
+from agentenvs.benchmarks.eval.evaluate import evaluate
+from agentenvs.benchmarks.eval.resume import EvalSettingsError
+from agentenvs.benchmarks.eval.settings import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

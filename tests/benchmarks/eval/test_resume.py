@@ -18,7 +18,9 @@ from agentenvs.agents.trajectory import (
     drop_truncated_tail,
     read_trajectories,
 )
-from agentenvs.benchmarks.evaluate import EvalSettings, evaluate, resume_command
+from agentenvs.benchmarks.eval.evaluate import evaluate
+from agentenvs.benchmarks.eval.resume import resume_command
+from agentenvs.benchmarks.eval.settings import EvalSettings
 from agentenvs.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from agentenvs.benchmarks.metrics import (
+from agentenvs.benchmarks.eval.metrics import (
     OVERALL,
     TaskOutcome,
     avg_at_k,

@@ -1,4 +1,4 @@
-"""Resuming ``agentenvs eval`` (:mod:`agentenvs.benchmarks.evaluate`): the run file, the finished
+"""Resuming ``agentenvs eval`` (:mod:`agentenvs.benchmarks.eval`): the run file, the finished
 episodes on disk, and what an interrupted run prints.
 
 ``OUT/run.json`` records the settings; a rerun into the same ``OUT`` with other values of
@@ -60,8 +60,9 @@ class EvalSettingsError(ValueError):
 def check_run_file(
     out: Path, settings: Any, fresh: bool, meta: dict[str, Any] | None = None
 ) -> None:
-    """Write ``out/run.json`` for ``settings`` (an :class:`agentenvs.benchmarks.evaluate.EvalSettings`),
-    first refusing a recorded run with other :data:`RESUME_KEYS` (``fresh``: discard it)."""
+    """Write ``out/run.json`` for ``settings`` (an
+    :class:`~agentenvs.benchmarks.eval.settings.EvalSettings`), first refusing a recorded run with
+    other :data:`RESUME_KEYS` (``fresh``: discard it)."""
     run_file = out / "run.json"
     record = {k: v for k, v in asdict(settings).items() if k != "agent_options"}
     record.update(seeding=SEEDING, **(meta or {}))

@@ -6,8 +6,9 @@ flight, the turns played, generated tokens per second, the success rate so far (
 episodes) and the episodes that ended in an error (not results: the next run plays them
 again). A daemon thread redraws it every ``interval`` seconds from the
 :class:`~agentenvs.agents.rollout.RolloutStats` the rollout fills after each generated turn, so
-the line advances per turn and its clock keeps moving during a long generation call. transformers' own "Loading weights" bar is silenced while
-models load (:func:`agentenvs.agents.models.quiet_loading`), so it cannot overwrite this one.
+the line advances per turn and its clock keeps moving during a long generation call.
+transformers' own "Loading weights" bar is silenced while models load
+(:func:`agentenvs.agents.models.quiet_loading`), so it cannot overwrite this one.
 """
 
 from __future__ import annotations

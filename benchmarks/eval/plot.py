@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentenvs.benchmarks.metrics import MetricRow
+from agentenvs.benchmarks.eval.metrics import MetricRow
 
 __all__ = ["PLOT_EXTRA", "plot_rows"]
 
