@@ -267,11 +267,115 @@ def run_rollouts(
         env_pool.check_compatible(env_id, env_kwargs)
     runner = env_pool or make_env_pool(env_id, config.workers, env_kwargs)
     env_seconds_before, restarts_before = runner.env_seconds, runner.restarts
-    free_slots = list(range(min(config.max_active, len(pending)) - 1, -1, -1))
-    active: list[_Episode] = []
-    finished: list[Trajectory] = []
     start = time.perf_counter()
-    metadata = {
+    run = _Rollout(
+        policy,
+        env_id,
+        runner,
+        rules,
+        config,
+        stats=stats,
+        on_episode=on_episode,
+        max_turns=max_turns,
+        env_kwargs=env_kwargs,
+        slots=min(config.max_active, len(pending)),
+    )
+    try:
+        while pending or run.active:
+            run.admit(pending)
+            if run.active:
+                run.play_turn()
+    finally:
+        run.end_active()
+        stats.env_seconds += runner.env_seconds - env_seconds_before
+        stats.env_worker_restarts += runner.restarts - restarts_before
+        stats.wall_seconds += time.perf_counter() - start
+        if env_pool is None:
+            runner.close()
+    return run.finished
+
+
+class _Rollout:
+    """The state of one :func:`run_rollouts` call: the episodes in flight, the free pool slots,
+    the finished trajectories; it starts episodes, plays turns and finishes episodes."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        env_id: str,
+        runner: EnvWorkerPool,
+        rules: ProtocolRules,
+        config: RolloutConfig,
+        *,
+        stats: RolloutStats,
+        on_episode: Callable[[Trajectory], None] | None,
+        max_turns: int,
+        env_kwargs: dict[str, Any],
+        slots: int,
+    ) -> None:
+        self.policy, self.env_id, self.runner = policy, env_id, runner
+        self.rules, self.config, self.stats = rules, config, stats
+        self.on_episode = on_episode
+        self.max_turns = max_turns
+        self.free_slots = list(range(slots - 1, -1, -1))
+        self.active: list[_Episode] = []
+        self.finished: list[Trajectory] = []
+        self.metadata = _run_metadata(config, rules, max_turns, env_kwargs)
+        self.variant = _variant(env_id, env_kwargs)
+
+    def admit(self, pending: deque[EpisodeSpec]) -> None:
+        """Start pending episodes in the free slots (one batched reset); those whose start
+        failed finish at once."""
+        starting = []
+        while pending and self.free_slots:
+            episode = Episode(self.rules, self.config.history)
+            starting.append(_Episode(pending.popleft(), self.free_slots.pop(), episode))
+        for ep in _start(self.runner, starting):
+            if ep.done:
+                self.finish(ep)
+            else:
+                self.active.append(ep)
+
+    def play_turn(self) -> None:
+        """One reply for every active episode (one generation call), their environments stepped
+        in one batch, the episodes that ended finished."""
+        completions = _generate(self.policy, self.runner, self.active, self.config, self.stats)
+        if self.policy.acts_from_state:
+            completions = [self.rules.reformat(c) for c in completions]
+        _apply(self.runner, self.active, completions, self.max_turns)
+        self.stats.turns += len(self.active)
+        for ep in [ep for ep in self.active if ep.done]:
+            self.finish(ep)
+        self.active = [ep for ep in self.active if not ep.done]
+
+    def finish(self, ep: _Episode) -> None:
+        """Free the episode's slot and caches, make its trajectory and hand it on."""
+        self.free_slots.append(ep.slot)
+        if self.policy.acts_from_state:
+            self.runner.end(self.policy, [(ep.slot, ep.key)])
+        else:
+            self.policy.end_episodes([ep.key])  # frees per-episode backend caches
+        notes = self.runner.release(ep.slot)  # environment-worker failures it survived (or not)
+        metadata = {**self.metadata, **_episode_metadata(ep, notes)}
+        traj = _trajectory(self.env_id, self.policy.spec, ep, metadata)
+        traj.protocol, traj.variant = self.rules.name, dict(self.variant)
+        self.finished.append(traj)
+        self.stats.episodes += 1
+        if self.on_episode is not None:
+            self.on_episode(traj)
+
+    def end_active(self) -> None:
+        """Free the backend caches of the episodes still in flight (the run stopped)."""
+        if not self.policy.acts_from_state:
+            self.policy.end_episodes([ep.key for ep in self.active])
+
+
+def _run_metadata(
+    config: RolloutConfig, rules: ProtocolRules, max_turns: int, env_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The trajectory metadata every episode of a run shares (the sampling, the protocol's
+    prompt, parser and unparseable-reply handling, the environment keywords)."""
+    return {
         "history": None,
         "max_turns": max_turns,
         "sampling": dataclasses.asdict(config.sampling),
@@ -282,53 +386,6 @@ def run_rollouts(
         "unparseable": rules.unparseable,
         "env_kwargs": {k: v for k, v in env_kwargs.items() if k != "max_turns"},
     }
-    variant = _variant(env_id, env_kwargs)
-
-    def finish(ep: _Episode) -> None:
-        free_slots.append(ep.slot)
-        if policy.acts_from_state:
-            runner.end(policy, [(ep.slot, ep.key)])
-        else:
-            policy.end_episodes([ep.key])  # frees per-episode backend caches
-        notes = runner.release(ep.slot)  # environment-worker failures it survived (or not)
-        traj = _trajectory(env_id, policy.spec, ep, {**metadata, **_episode_metadata(ep, notes)})
-        traj.protocol, traj.variant = rules.name, dict(variant)
-        finished.append(traj)
-        stats.episodes += 1
-        if on_episode is not None:
-            on_episode(traj)
-
-    try:
-        while pending or active:
-            starting = []
-            while pending and free_slots:
-                spec = pending.popleft()
-                episode = Episode(rules, config.history)
-                starting.append(_Episode(spec, free_slots.pop(), episode))
-            for ep in _start(runner, starting):
-                if ep.done:
-                    finish(ep)
-                else:
-                    active.append(ep)
-            if not active:
-                continue
-            completions = _generate(policy, runner, active, config, stats)
-            if policy.acts_from_state:
-                completions = [rules.reformat(c) for c in completions]
-            _apply(runner, active, completions, max_turns)
-            stats.turns += len(active)
-            for ep in [ep for ep in active if ep.done]:
-                finish(ep)
-            active = [ep for ep in active if not ep.done]
-    finally:
-        if not policy.acts_from_state:
-            policy.end_episodes([ep.key for ep in active])
-        stats.env_seconds += runner.env_seconds - env_seconds_before
-        stats.env_worker_restarts += runner.restarts - restarts_before
-        stats.wall_seconds += time.perf_counter() - start
-        if env_pool is None:
-            runner.close()
-    return finished
 
 
 def _budget(env_id: str, config: RolloutConfig, rules: ProtocolRules) -> tuple[int, dict[str, Any]]:
