@@ -241,26 +241,69 @@ def _run_sft(
     config: SFTConfig, ctx: DistContext, *, resume: bool, progress: bool, stop_at: int | None
 ) -> Path:
     from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    run = _start_run(config, ctx, resume=resume)
+    run.model.train()
+    state = run.state
+    show = progress and ctx.is_main
+    bar = tqdm(total=run.total, initial=state.step, desc="sft", disable=not show)
+    end = min(run.total, stop_at) if stop_at is not None else run.total
+    while state.step < end:
+        _train_epoch(run, end, bar)
+    bar.close()
+    if run.logger is not None:
+        run.logger.close()
+    if run.last_saved is None or not run.last_saved.name.endswith(f"{state.step:07d}"):
+        run.last_saved = run.save()
+    return run.last_saved
 
+
+@dataclass
+class _SFTRun:
+    """One SFT session: the model and its optimizer, the examples, where training stands
+    (``state``), the metric log (main rank only) and the last checkpoint written."""
+
+    config: SFTConfig
+    ctx: DistContext
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    state: TrainState
+    logger: MetricsLogger | None
+    examples: list[SFTExample]
+    steps_per_epoch: int
+    total: int
+    last_saved: Path | None
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def save(self) -> Path:
+        return save_checkpoint(
+            Path(self.config.out_dir),
+            self.model,
+            self.tokenizer,
+            self.optimizer,
+            self.scheduler,
+            self.state,
+            config_to_dict(self.config),
+            self.config.keep_checkpoints,
+            ctx=self.ctx,
+        )
+
+
+def _start_run(config: SFTConfig, ctx: DistContext, *, resume: bool) -> _SFTRun:
+    """Load the model (from the latest checkpoint when resuming), the examples, the optimizer
+    and schedule, and the training state and metric log to continue from."""
     out_dir = Path(config.out_dir)
     checkpoint = latest_checkpoint(out_dir) if resume else None
     if resume and checkpoint is None and ctx.is_main:
         print(f"no checkpoint under {out_dir}; starting from {config.model}", file=sys.stderr)
     source = str(checkpoint / "model") if checkpoint else resolve_model(config.model)
-    device = ctx.device
     seed_everything(config.seed)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source)
-    if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    if ctx.is_distributed:
-        shard_model(model, ctx, config.fsdp, config.precision)
-    else:
-        model.to(device)
+    tokenizer, model = _load_model(source, config, ctx)
     examples = build_examples(_load_data(config), tokenizer, config.max_length)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     total = steps_per_epoch * config.epochs
@@ -272,74 +315,81 @@ def _run_sft(
         if checkpoint
         else TrainState()
     )
-    logger = (
-        MetricsLogger(
+    logger = None
+    if ctx.is_main:
+        logger = MetricsLogger(
             out_dir,
             tensorboard=config.tensorboard,
             wandb_project=config.wandb_project,
             config=config_to_dict(config),
         )
-        if ctx.is_main
-        else None
-    )
-    if logger is not None:
         logger.truncate_after(state.step)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
-    def save() -> Path:
-        return save_checkpoint(
-            out_dir,
-            model,
-            tokenizer,
-            optimizer,
-            scheduler,
-            state,
-            config_to_dict(config),
-            config.keep_checkpoints,
-            ctx=ctx,
-        )
-
-    model.train()
-    bar = tqdm(total=total, initial=state.step, desc="sft", disable=not (progress and ctx.is_main))
-    last_saved = checkpoint
-    end = min(total, stop_at) if stop_at is not None else total
-    while state.step < end:
-        order = torch.randperm(
-            len(examples),
-            generator=torch.Generator().manual_seed(config.seed * 100_003 + state.epoch),
-        ).tolist()
-        while state.batch_in_epoch < steps_per_epoch and state.step < end:
-            start = state.batch_in_epoch * config.batch_size
-            batch = [examples[i] for i in order[start : start + config.batch_size]]
-            metrics = _train_step(
-                model, optimizer, scheduler, batch, config, ctx, pad_id, state.step, last_saved
-            )
-            state.step += 1
-            state.batch_in_epoch += 1
-            if logger is not None and state.step % config.log_every == 0:
-                logger.log(state.step, {**metrics, "train/epoch": state.epoch})
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
-            if config.save_every and state.step % config.save_every == 0:
-                last_saved = save()
-        if state.batch_in_epoch >= steps_per_epoch:
-            state.epoch += 1
-            state.batch_in_epoch = 0
-            if not config.save_every:
-                last_saved = save()
-    bar.close()
-    if logger is not None:
-        logger.close()
-    if last_saved is None or not last_saved.name.endswith(f"{state.step:07d}"):
-        last_saved = save()
-    return last_saved
+    return _SFTRun(
+        config=config,
+        ctx=ctx,
+        model=model,
+        tokenizer=tokenizer,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        state=state,
+        logger=logger,
+        examples=examples,
+        steps_per_epoch=steps_per_epoch,
+        total=total,
+        last_saved=checkpoint,
+    )
 
 
-def _train_step(model, optimizer, scheduler, batch, config, ctx, pad_id, step, last_saved):
+def _load_model(source: str, config: SFTConfig, ctx: DistContext) -> tuple[Any, Any]:
+    """The tokenizer and the model, on the device or sharded over the ranks."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if ctx.is_distributed:
+        shard_model(model, ctx, config.fsdp, config.precision)
+    else:
+        model.to(ctx.device)
+    return tokenizer, model
+
+
+def _train_epoch(run: _SFTRun, end: int, bar: Any) -> None:
+    """The rest of the current epoch (up to step ``end``): the epoch's seeded example order,
+    one optimizer step per batch, metrics logged and checkpoints saved as configured."""
+    config, state = run.config, run.state
+    order = torch.randperm(
+        len(run.examples),
+        generator=torch.Generator().manual_seed(config.seed * 100_003 + state.epoch),
+    ).tolist()
+    while state.batch_in_epoch < run.steps_per_epoch and state.step < end:
+        start = state.batch_in_epoch * config.batch_size
+        batch = [run.examples[i] for i in order[start : start + config.batch_size]]
+        metrics = _train_step(run, batch)
+        state.step += 1
+        state.batch_in_epoch += 1
+        if run.logger is not None and state.step % config.log_every == 0:
+            run.logger.log(state.step, {**metrics, "train/epoch": state.epoch})
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
+        if config.save_every and state.step % config.save_every == 0:
+            run.last_saved = run.save()
+    if state.batch_in_epoch >= run.steps_per_epoch:
+        state.epoch += 1
+        state.batch_in_epoch = 0
+        if not config.save_every:
+            run.last_saved = run.save()
+
+
+def _train_step(run: _SFTRun, batch: list[SFTExample]) -> dict[str, float]:
     """One optimizer step over ``batch`` (the global batch: each rank takes its share of the
     length-sorted examples; the loss is divided by the whole batch's label tokens)."""
     started = time.perf_counter()
-    device = ctx.device
+    config, ctx, model = run.config, run.ctx, run.model
+    device, pad_id, step = ctx.device, run.pad_id, run.state.step
     n_tokens = sum(e.n_label_tokens for e in batch)
     ordered = sorted(batch, key=lambda e: len(e.input_ids))
     mine = ctx.shard(ordered)
@@ -363,11 +413,12 @@ def _train_step(model, optimizer, scheduler, batch, config, ctx, pad_id, step, l
     )
     (total_loss,) = ctx.sum([total_loss])
     loss = total_loss / n_tokens
-    check_finite(loss, "the SFT loss", step, last_saved)
+    check_finite(loss, "the SFT loss", step, run.last_saved)
     grad_norm = full_tensor(
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     )
-    check_finite(grad_norm, "the gradient norm", step, last_saved)
+    check_finite(grad_norm, "the gradient norm", step, run.last_saved)
+    optimizer, scheduler = run.optimizer, run.scheduler
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
