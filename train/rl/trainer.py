@@ -106,6 +106,22 @@ def _policy_factory(config: RLConfig) -> PolicyFactory:
     return transformers_policy
 
 
+def _update_settings(cfg: RLConfig) -> UpdateSettings:
+    """What the optimizer step needs of the run's settings: the algorithm's losses, the
+    correction, the epochs and batches, clipping, precision and seed."""
+    return UpdateSettings(
+        policy=cfg.policy_loss_config(),
+        prefix=cfg.prefix_config(),
+        correction=cfg.correction_config(),
+        ppo_epochs=cfg.ppo_epochs,
+        mini_batches=cfg.mini_batches,
+        micro_batch_size=cfg.micro_batch_size,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        precision=cfg.precision,
+        seed=cfg.seed,
+    )
+
+
 class _NoLogger:
     """The metrics logger of ranks other than 0: they log nothing."""
 
@@ -145,20 +161,34 @@ class RLTrainer:
 
     def setup(self, resume: bool = False) -> None:
         """Load the model (from the latest checkpoint when resuming), optimizer, data, logger."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
         cfg = self.config
         checkpoint = latest_checkpoint(self.out_dir) if resume else None
         if resume and checkpoint is None:
             self._warn(f"no checkpoint under {self.out_dir}; starting from {cfg.model}")
         if not cfg.model and checkpoint is None:
             raise ValueError("no model: set model=<directory or hub id> (usually the SFT model)")
-        source = str(checkpoint / "model") if checkpoint else cfg.model
         self.dist = init_distributed(cfg.device)
         self.device = self.dist.device
         seed_everything(cfg.seed)
+        self._load_model(str(checkpoint / "model") if checkpoint else cfg.model)
+        self._load_optimizer(checkpoint)
+        self.last_checkpoint = checkpoint
+        self.stream = StartStream(self._starts(), cfg.seed, self.state.extra.get("position", 0))
+        self.policy = self.policy_factory(self.model, self.tokenizer, cfg)
+        if self.weight_sync is None:  # an engine with its own copy of the weights
+            self.weight_sync = getattr(self.policy, "sync_weights", None)
+        self._open_logs()
+        self.update_settings = _update_settings(cfg)
+        # one environment pool for the whole run (closed by close(), which train() calls)
+        self.env_pool = make_rollout_pool(cfg.data.env_id, self.rollout_config(self.state.step, 0))
+
+    def _load_model(self, source: str) -> None:
+        """The tokenizer and the float32 model, on the device or sharded over the ranks."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        cfg = self.config
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         if cfg.gradient_checkpointing:
@@ -170,8 +200,12 @@ class RLTrainer:
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
+
+    def _load_optimizer(self, checkpoint: Path | None) -> None:
+        """The optimizer, its schedule over every update of the run, and the training state
+        (restored with the model's from ``checkpoint`` when resuming)."""
+        cfg, o = self.config, self.config.optim
         steps = cfg.iterations * cfg.ppo_epochs * cfg.mini_batches
-        o = cfg.optim
         self.optimizer = make_optimizer(
             self.model,
             o.lr,
@@ -181,9 +215,7 @@ class RLTrainer:
             eps=o.eps,
             momentum=o.momentum,
         )
-        self.scheduler = make_scheduler(
-            self.optimizer, steps, cfg.optim.warmup_ratio, cfg.optim.schedule
-        )
+        self.scheduler = make_scheduler(self.optimizer, steps, o.warmup_ratio, o.schedule)
         self.state = (
             load_checkpoint(
                 checkpoint, self.optimizer, self.scheduler, model=self.model, ctx=self.dist
@@ -191,11 +223,11 @@ class RLTrainer:
             if checkpoint
             else TrainState()
         )
-        self.last_checkpoint = checkpoint
-        self.stream = StartStream(self._starts(), cfg.seed, self.state.extra.get("position", 0))
-        self.policy = self.policy_factory(self.model, self.tokenizer, cfg)
-        if self.weight_sync is None:  # an engine with its own copy of the weights
-            self.weight_sync = getattr(self.policy, "sync_weights", None)
+
+    def _open_logs(self) -> None:
+        """The metric log (main rank; cut back to the resumed step) and ``protocol.json``: the
+        protocol and every setting it fixed, next to the metrics."""
+        cfg = self.config
         self.logger = (
             MetricsLogger(
                 self.out_dir,
@@ -207,25 +239,12 @@ class RLTrainer:
             else _NoLogger()
         )
         self.logger.truncate_after(self.state.step)
-        if self.dist.is_main:  # the protocol and every setting it fixed, next to the metrics
+        if self.dist.is_main:
             protocol = {"protocol": cfg.protocol, "settings": cfg.protocol_settings()}
             if cfg.data.limit is not None:  # the sampled training tasks
                 protocol["task_ids"] = [getattr(s, "task_id", None) for s in self.stream.starts]
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "protocol.json").write_text(json.dumps(protocol, indent=2) + "\n")
-        self.update_settings = UpdateSettings(
-            policy=cfg.policy_loss_config(),
-            prefix=cfg.prefix_config(),
-            correction=cfg.correction_config(),
-            ppo_epochs=cfg.ppo_epochs,
-            mini_batches=cfg.mini_batches,
-            micro_batch_size=cfg.micro_batch_size,
-            max_grad_norm=cfg.optim.max_grad_norm,
-            precision=cfg.precision,
-            seed=cfg.seed,
-        )
-        # one environment pool for the whole run (closed by close(), which train() calls)
-        self.env_pool = make_rollout_pool(cfg.data.env_id, self.rollout_config(self.state.step, 0))
 
     def close(self) -> None:
         """Close the run's environment pool (after stepping with :meth:`iteration`)."""
