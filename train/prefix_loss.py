@@ -400,65 +400,36 @@ def prefix_grpo_loss(
     :func:`gather_prefix_log_probs`, old log-probs and mask from ``prefix``, and
     ``prefix_advantage`` (B,) from :func:`prefix_advantages`.
 
-    ``denominator`` / ``prefix_denominator`` (see :func:`agentenvs.train.losses.agg_loss`): the whole
-    mini-batch's count for the continuation and prefix branches when this call sees one
+    ``denominator`` / ``prefix_denominator`` (see :func:`agentenvs.train.losses.agg_loss`): the
+    whole mini-batch's count for the continuation and prefix branches when this call sees one
     micro-batch of it (split); the joint objective divides by ``denominator``, which then counts
     both token groups (prefix and continuation) and ``prefix_denominator`` must be None.
     """
-    if config.objective == "joint" and prefix_denominator is not None:
-        raise ValueError(
-            "the joint objective has one denominator (prefix + continuation tokens); "
-            "pass it as denominator= and leave prefix_denominator=None"
-        )
-    if prefix_log_prob.shape != prefix.mask.shape or prefix_advantage.shape != (
-        prefix.mask.shape[0],
-    ):
-        raise ValueError(
-            f"prefix_log_prob must be (B, W) = {tuple(prefix.mask.shape)} and prefix_advantage "
-            f"(B,); got {tuple(prefix_log_prob.shape)} and {tuple(prefix_advantage.shape)}"
-        )
+    _check_prefix_inputs(prefix_log_prob, prefix, prefix_advantage, config, prefix_denominator)
     dtype = prefix_log_prob.dtype
     pre_mask = prefix.mask.to(device=prefix_log_prob.device, dtype=dtype)
     pre_old = prefix.old_log_probs.to(device=prefix_log_prob.device, dtype=dtype)
     pre_adv = prefix_advantage.detach().to(dtype)[:, None].expand_as(prefix_log_prob)
     cont_mask = response_mask if correction is None else response_mask * correction.mask
+    terms = dict(
+        log_prob=log_prob,
+        old_log_prob=old_log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        prefix_log_prob=prefix_log_prob,
+        pre_old=pre_old,
+        pre_adv=pre_adv,
+        pre_mask=pre_mask,
+        policy=policy,
+        correction=correction,
+        denominator=denominator,
+    )
     if config.objective == "split":
-        cont_loss, metrics = policy_loss(
-            log_prob,
-            old_log_prob,
-            advantages,
-            response_mask,
-            policy,
-            correction=correction,
-            denominator=denominator,
+        loss, metrics, pre_part, cont_part = _split_loss(
+            **terms, config=config, prefix_denominator=prefix_denominator
         )
-        pre_loss, pre_metrics = policy_loss(
-            prefix_log_prob,
-            pre_old,
-            pre_adv,
-            pre_mask,
-            config.prefix_policy(policy),
-            prefix="prefix",
-            denominator=prefix_denominator,
-        )
-        metrics.update(pre_metrics)
-        loss = cont_loss + config.weight * pre_loss
-        pre_part = config.weight * float(pre_loss.detach())
-        cont_part = float(cont_loss.detach())
     else:
-        loss, metrics, pre_part = _joint_loss(
-            log_prob,
-            old_log_prob,
-            advantages,
-            response_mask,
-            prefix_log_prob,
-            pre_old,
-            pre_adv,
-            pre_mask,
-            policy,
-            correction,
-            denominator,
-        )
+        loss, metrics, pre_part = _joint_loss(**terms)
         cont_part = float(loss.detach()) - pre_part
     n_pre, n_cont = float(pre_mask.sum()), float((cont_mask > 0).sum())
     metrics.update(
@@ -473,15 +444,79 @@ def prefix_grpo_loss(
     return loss, metrics
 
 
+def _check_prefix_inputs(
+    prefix_log_prob: torch.Tensor,
+    prefix: PrefixBatch,
+    prefix_advantage: torch.Tensor,
+    config: PrefixConfig,
+    prefix_denominator: float | None,
+) -> None:
+    """The prefix tensors' shapes agree, and the joint objective has one denominator."""
+    if config.objective == "joint" and prefix_denominator is not None:
+        raise ValueError(
+            "the joint objective has one denominator (prefix + continuation tokens); "
+            "pass it as denominator= and leave prefix_denominator=None"
+        )
+    if prefix_log_prob.shape != prefix.mask.shape or prefix_advantage.shape != (
+        prefix.mask.shape[0],
+    ):
+        raise ValueError(
+            f"prefix_log_prob must be (B, W) = {tuple(prefix.mask.shape)} and prefix_advantage "
+            f"(B,); got {tuple(prefix_log_prob.shape)} and {tuple(prefix_advantage.shape)}"
+        )
+
+
+def _split_loss(
+    *,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    prefix_log_prob: torch.Tensor,
+    pre_old: torch.Tensor,
+    pre_adv: torch.Tensor,
+    pre_mask: torch.Tensor,
+    policy: PolicyLossConfig,
+    correction: RolloutCorrection | None,
+    denominator: float | None,
+    config: PrefixConfig,
+    prefix_denominator: float | None,
+) -> tuple[torch.Tensor, dict[str, float], float, float]:
+    """L_cont + weight * L_pre, each aggregated on its own; also the two branches' parts
+    (weight * L_pre, L_cont)."""
+    cont_loss, metrics = policy_loss(
+        log_prob,
+        old_log_prob,
+        advantages,
+        response_mask,
+        policy,
+        correction=correction,
+        denominator=denominator,
+    )
+    pre_loss, pre_metrics = policy_loss(
+        prefix_log_prob,
+        pre_old,
+        pre_adv,
+        pre_mask,
+        config.prefix_policy(policy),
+        prefix="prefix",
+        denominator=prefix_denominator,
+    )
+    metrics.update(pre_metrics)
+    loss = cont_loss + config.weight * pre_loss
+    return loss, metrics, config.weight * float(pre_loss.detach()), float(cont_loss.detach())
+
+
 def _joint_loss(
-    log_prob,
-    old_log_prob,
-    advantages,
-    response_mask,
-    prefix_log_prob,
-    pre_old,
-    pre_adv,
-    pre_mask,
+    *,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    prefix_log_prob: torch.Tensor,
+    pre_old: torch.Tensor,
+    pre_adv: torch.Tensor,
+    pre_mask: torch.Tensor,
     policy: PolicyLossConfig,
     correction: RolloutCorrection | None,
     denominator: float | None = None,
