@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentenvs.agents.backends.cpu.engine import CpuEngine, EngineSettings
@@ -74,6 +75,20 @@ if TYPE_CHECKING:
 __all__ = ["TransformersPolicy", "end_of_reply_ids", "left_pad", "sample_next"]
 
 Message = dict[str, str]
+
+
+@dataclass
+class _Decoding:
+    """The batch being decoded: its KV cache (and the cascade's shared prefix, if split off),
+    attention mask and position ids, the prompt index of each row still in it, and which of
+    those rows emitted an end-of-reply token."""
+
+    cache: Any
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    rows: list[int]
+    done: torch.Tensor
+    prefix: Any = None
 
 
 class TransformersPolicy(PrefillMixin, Policy):
@@ -314,84 +329,143 @@ class TransformersPolicy(PrefillMixin, Policy):
         reply does not keep the finished rows' attention and weights work going."""
         import torch
 
-        engine = self.engine
-
         batch = len(prompts)
         steps = sampling.max_new_tokens
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
-        rows = list(range(batch))  # the prompt index of each row still in the batch
-        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         with torch.inference_mode():
             bases = self._cached_bases(prompts, keys)
             out, attention_mask, position_ids = self._prefill(prompts, bases, steps)
-            cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :]
+            state = _Decoding(
+                cache=getattr(out, self._cache_arg),
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                rows=list(range(batch)),
+                done=torch.zeros(batch, dtype=torch.bool, device=self.device),
+            )
+            logits = out.logits[:, -1, :]
             del out
-            prefix = None
-            shared = shared_lengths[0] if shared_lengths else 0
-            if (
-                engine is not None
-                and engine.cascade
-                and steps > 1
-                and shared
-                and all(n == shared for n in shared_lengths or ())
-                and common_prefix_length(prompts) >= shared
-            ):
-                split = split_shared_prefix(cache, attention_mask, shared)
-                if split is not None:
-                    cache, attention_mask, prefix = split
-                    engine.cascade_rows += batch
+            if steps > 1:
+                self._split_shared_prefix(state, prompts, shared_lengths)
             for step in range(steps):
-                logits = logits.float()
-                draws = [generator[r] for r in rows] if isinstance(generator, list) else generator
-                if engine is not None:
-                    next_tokens, token_logprobs = engine.sample(logits, sampling, draws)
-                else:
-                    next_tokens, token_logprobs = sample_with_logprobs(logits, sampling, draws)
-                next_tokens = torch.where(
-                    done, torch.full_like(next_tokens, self.pad_id), next_tokens
-                )
-                for row, token, logprob in zip(
-                    rows, next_tokens.tolist(), token_logprobs.tolist(), strict=True
-                ):
+                sampled, ids, lps = self._sample_step(state, logits, sampling, generator)
+                for row, token, logprob in zip(state.rows, ids, lps, strict=True):
                     tokens[row].append(token)
                     logprobs[row].append(logprob)
-                done = done | torch.isin(next_tokens, self._eos)
-                if step == steps - 1 or bool(done.all()):
+                if step == steps - 1 or bool(state.done.all()):
                     break  # the last sampled tokens are never fed back
-                finished = int(done.sum())
-                if finished and 4 * finished >= len(rows):
-                    keep = (~done).nonzero()[:, 0]
-                    smaller = select_rows(cache, keep)
-                    if smaller is not None:
-                        gone = done.nonzero()[:, 0].tolist()
-                        self._store(
-                            prompts, keys, tokens, cache, attention_mask, rows, gone, prefix
-                        )
-                        cache, rows = smaller, [rows[i] for i in keep.tolist()]
-                        next_tokens, done = next_tokens[keep], done[keep]
-                        attention_mask, position_ids = attention_mask[keep], position_ids[keep]
-                attention_mask = torch.cat(
-                    [attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1
-                )
-                position_ids = position_ids[:, -1:] + 1
-                if engine is not None:
-                    logits = engine.decode_step(
-                        next_tokens[:, None], attention_mask, position_ids, cache, prefix
-                    )
-                    continue
-                out = self.model(
-                    input_ids=next_tokens[:, None],
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    use_cache=True,
-                    **{self._cache_arg: cache},
-                )
-                cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :]
-                del out
-            everyone = list(range(len(rows)))
-            self._store(prompts, keys, tokens, cache, attention_mask, rows, everyone, prefix)
+                sampled = self._drop_finished(state, sampled, prompts, keys, tokens)
+                logits = self._decode_step(state, sampled)
+            everyone = list(range(len(state.rows)))
+            self._store(
+                prompts,
+                keys,
+                tokens,
+                state.cache,
+                state.attention_mask,
+                state.rows,
+                everyone,
+                state.prefix,
+            )
         return [self._completion(t, lp) for t, lp in zip(tokens, logprobs, strict=True)]
+
+    def _split_shared_prefix(
+        self,
+        state: _Decoding,
+        prompts: Sequence[Sequence[int]],
+        shared_lengths: Sequence[int] | None,
+    ) -> None:
+        """With the CPU engine's cascade: keep the batch's shared prefix (every row's system
+        message, when all are the same) once, apart from the rows' caches."""
+        engine = self.engine
+        shared = shared_lengths[0] if shared_lengths else 0
+        if (
+            engine is None
+            or not engine.cascade
+            or not shared
+            or any(n != shared for n in shared_lengths or ())
+            or common_prefix_length(prompts) < shared
+        ):
+            return
+        split = split_shared_prefix(state.cache, state.attention_mask, shared)
+        if split is not None:
+            state.cache, state.attention_mask, state.prefix = split
+            engine.cascade_rows += len(prompts)
+
+    def _sample_step(
+        self, state: _Decoding, logits: torch.Tensor, sampling: SamplingParams, generator: Any
+    ) -> tuple[torch.Tensor, list[int], list[float]]:
+        """One token per row still in the batch (the pad token for finished rows), marking the
+        rows that reached an end-of-reply token: (next tokens, as ids, their log-probs)."""
+        import torch
+
+        logits = logits.float()
+        rows = state.rows
+        draws = [generator[r] for r in rows] if isinstance(generator, list) else generator
+        if self.engine is not None:
+            next_tokens, token_logprobs = self.engine.sample(logits, sampling, draws)
+        else:
+            next_tokens, token_logprobs = sample_with_logprobs(logits, sampling, draws)
+        next_tokens = torch.where(
+            state.done, torch.full_like(next_tokens, self.pad_id), next_tokens
+        )
+        state.done = state.done | torch.isin(next_tokens, self._eos)
+        return next_tokens, next_tokens.tolist(), token_logprobs.tolist()
+
+    def _drop_finished(
+        self,
+        state: _Decoding,
+        next_tokens: torch.Tensor,
+        prompts: Sequence[Sequence[int]],
+        keys: Sequence[str | None],
+        tokens: Sequence[Sequence[int]],
+    ) -> torch.Tensor:
+        """Once a quarter of the rows finished, store their caches and take them out of the
+        batch; returns the next tokens of the rows that stay."""
+        finished = int(state.done.sum())
+        if not finished or 4 * finished < len(state.rows):
+            return next_tokens
+        keep = (~state.done).nonzero()[:, 0]
+        smaller = select_rows(state.cache, keep)
+        if smaller is None:
+            return next_tokens
+        gone = state.done.nonzero()[:, 0].tolist()
+        self._store(
+            prompts, keys, tokens, state.cache, state.attention_mask, state.rows, gone, state.prefix
+        )
+        state.cache, state.rows = smaller, [state.rows[i] for i in keep.tolist()]
+        state.done = state.done[keep]
+        state.attention_mask, state.position_ids = (
+            state.attention_mask[keep],
+            state.position_ids[keep],
+        )
+        return next_tokens[keep]
+
+    def _decode_step(self, state: _Decoding, next_tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (through the CPU engine, else the model); the next logits."""
+        import torch
+
+        mask = state.attention_mask
+        state.attention_mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        state.position_ids = state.position_ids[:, -1:] + 1
+        if self.engine is not None:
+            return self.engine.decode_step(
+                next_tokens[:, None],
+                state.attention_mask,
+                state.position_ids,
+                state.cache,
+                state.prefix,
+            )
+        out = self.model(
+            input_ids=next_tokens[:, None],
+            attention_mask=state.attention_mask,
+            position_ids=state.position_ids,
+            use_cache=True,
+            **{self._cache_arg: state.cache},
+        )
+        state.cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :]
+        del out
+        return logits
 
     # ----- the prefix cache's entries ------------------------------------------------------
 
