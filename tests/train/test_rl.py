@@ -253,6 +253,7 @@ def test_micro_batches_give_the_same_update(rl_fixture):
             max_grad_norm=1e9,
             precision="fp32",
             seed=0,
+            loss="prefix_grpo",
         )
         ppo_update(
             copy_,

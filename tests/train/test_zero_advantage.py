@@ -89,6 +89,7 @@ def settings(agg: str = "token-mean", prefix: PrefixConfig | None = None, **kw) 
     values = dict(
         policy=PolicyLossConfig(agg_mode=agg),
         prefix=prefix,
+        loss="clipped" if prefix is None else "prefix_grpo",
         correction=None,
         ppo_epochs=1,
         mini_batches=1,

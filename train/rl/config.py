@@ -1,9 +1,9 @@
 """Typed settings of an RL run, and the algorithms as data (presets over one loop).
 
 Every algorithm is the same loop (rollout -> rewards/advantages -> old log-probs -> clipped
-updates -> weight sync) with a different :class:`AlgoSpec`: the advantage estimator, where the
-episodes start (task resets or Prefix-GRPO's replayed cut-state queries), and the settings it
-changes. Settings left at ``None`` take the algorithm's preset; a value given explicitly wins.
+updates -> weight sync) with a different :class:`AlgoSpec`: the advantage estimator, the policy
+loss (:mod:`agentenvs.train.loss_registry`), where the episodes start (task resets or
+Prefix-GRPO's replayed cut-state queries), and the settings it changes. Settings left at ``None`` take the algorithm's preset; a value given explicitly wins.
 
 =============  ============================================================================
 ``grpo``       GRPO outcome advantage, clip 0.2/0.2, dual clip 3, token-mean
@@ -40,6 +40,7 @@ from typing import Any, Literal
 from agentenvs.suggestions import did_you_mean
 from agentenvs.train.advantages import get_advantage_estimator
 from agentenvs.train.distributed import FSDPSettings
+from agentenvs.train.loss_registry import get_policy_loss
 from agentenvs.train.losses import AGG_MODES, PolicyLossConfig, RolloutCorrectionConfig
 from agentenvs.train.prefix_loss import PrefixConfig
 
@@ -68,13 +69,18 @@ class AlgoSpec:
     """Registered advantage estimator (:func:`agentenvs.train.advantages.get_advantage_estimator`)."""
     starts: Literal["tasks", "queries"] = "tasks"
     """``tasks``: episodes start at a task's reset; ``queries``: at a replayed cut state."""
-    prefix: bool = False
-    """The loss has Prefix-GRPO's prefix branch."""
+    loss: str = "clipped"
+    """Registered policy loss (:func:`agentenvs.train.loss_registry.get_policy_loss`)."""
     clip_high: float = 0.2
     dynamic_sampling: bool = False
     correction: RolloutCorrectionConfig | None = None
     advantage: dict[str, Any] = field(default_factory=dict)
     """Estimator settings preset (fields of the estimator's config)."""
+
+    @property
+    def prefix(self) -> bool:
+        """The loss has Prefix-GRPO's prefix branch (it takes the ``prefix`` settings)."""
+        return get_policy_loss(self.loss).takes_prefix
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {
@@ -85,7 +91,7 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "ptgpo": AlgoSpec(
         "ptgpo", advantage={"gamma": 0.95, "tau_expand": 2, "max_depth": None, "step_weight": 1.0}
     ),
-    "prefix-grpo": AlgoSpec("grpo", starts="queries", prefix=True),
+    "prefix-grpo": AlgoSpec("grpo", starts="queries", loss="prefix_grpo"),
 }
 
 

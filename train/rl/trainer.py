@@ -119,6 +119,7 @@ def _update_settings(cfg: RLConfig) -> UpdateSettings:
         max_grad_norm=cfg.optim.max_grad_norm,
         precision=cfg.precision,
         seed=cfg.seed,
+        loss=cfg.spec.loss,
     )
 
 

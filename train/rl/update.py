@@ -46,12 +46,12 @@ import torch
 from agentenvs.train.device import autocast_context
 from agentenvs.train.distributed import DistContext, full_tensor, micro_batch_rounds, pad_passes
 from agentenvs.train.logits import logits_at
+from agentenvs.train.loss_registry import LossInputs, get_policy_loss
 from agentenvs.train.losses import (
     PolicyLossConfig,
     RolloutCorrection,
     RolloutCorrectionConfig,
     agg_denominator,
-    policy_loss,
     rollout_correction,
 )
 from agentenvs.train.prefix_loss import (
@@ -60,7 +60,6 @@ from agentenvs.train.prefix_loss import (
     first_token_offsets,
     gather_prefix_log_probs,
     prefix_advantages,
-    prefix_grpo_loss,
 )
 from agentenvs.train.rl.batch import StepRow, collate, prefix_lift
 from agentenvs.train.runtime import check_finite
@@ -81,6 +80,7 @@ class UpdateSettings:
 
     policy: PolicyLossConfig
     prefix: PrefixConfig | None
+    """The prefix branch's settings, exactly when ``loss`` trains a prefix."""
     correction: RolloutCorrectionConfig | None
     ppo_epochs: int
     mini_batches: int
@@ -90,6 +90,11 @@ class UpdateSettings:
     seed: int
     skip_zero_advantage: bool = True
     """Skip the passes of rows that cannot change a weight (module docstring)."""
+    loss: str = "clipped"
+    """The registered policy loss (:func:`agentenvs.train.loss_registry.get_policy_loss`)."""
+
+    def __post_init__(self) -> None:
+        get_policy_loss(self.loss).check(self.prefix)
 
 
 def zero_advantage_rows(rows: Sequence[StepRow], settings: UpdateSettings) -> list[bool]:
@@ -303,6 +308,7 @@ def _optimizer_step(model, optimizer, rows, part, active, settings, lift, pad_id
     denominators of all of ``part``); returns its metrics (no optimizer step)."""
     optimizer.zero_grad(set_to_none=True)
     denominators = _denominators([rows[i] for i in part], settings, ctx)
+    loss_fn = get_policy_loss(settings.loss)
     acc = _Accumulator()
     chunks = _micro_batches(active, rows, settings.micro_batch_size)
     extra = micro_batch_rounds(ctx, len(chunks)) - len(chunks)  # before any FSDP collective
@@ -311,41 +317,21 @@ def _optimizer_step(model, optimizer, rows, part, active, settings, lift, pad_id
         batch = collate(micro, pad_id, device)
         with autocast_context(device, settings.precision):
             reply, prefix_lp, _ = token_log_probs(model, batch)
-        correction = _collate_correction(micro, batch["response_mask"])
-        if settings.prefix is not None and batch["prefix"] is not None:
-            signals = PrefixSignals(
-                success=torch.tensor([r.episode_won for r in micro], device=device),
-                lift=lift[chunk].to(device) if lift is not None else None,
-            )
-            pre_adv = prefix_advantages(
-                batch["advantages"], batch["response_mask"], settings.prefix, signals
-            )
-            loss, metrics = prefix_grpo_loss(
-                log_prob=reply,
-                old_log_prob=batch["old_log_probs"],
-                advantages=batch["advantages"],
-                response_mask=batch["response_mask"],
-                prefix_log_prob=prefix_lp,
-                prefix=batch["prefix"],
-                prefix_advantage=pre_adv,
-                policy=settings.policy,
-                config=settings.prefix,
-                correction=correction,
-                denominator=denominators[0],
-                prefix_denominator=denominators[1],
-            )
-        else:
-            joint = settings.prefix is not None and settings.prefix.objective == "joint"
-            loss, metrics = policy_loss(
-                reply,
-                batch["old_log_probs"],
-                batch["advantages"],
-                batch["response_mask"],
-                settings.policy,
-                correction=correction,
-                denominator=denominators[0] if not joint else denominators[2],
-            )
-            metrics["actor/total_loss"] = float(loss.detach())
+        inputs = LossInputs(
+            log_prob=reply,
+            old_log_prob=batch["old_log_probs"],
+            advantages=batch["advantages"],
+            response_mask=batch["response_mask"],
+            correction=_collate_correction(micro, batch["response_mask"]),
+            denominator=denominators[0],
+            prefix_log_prob=prefix_lp,
+            prefix=batch["prefix"],
+            prefix_signals=(
+                _prefix_signals(micro, lift, chunk, device) if batch["prefix"] is not None else None
+            ),
+            prefix_denominator=denominators[1],
+        )
+        loss, metrics = loss_fn(inputs, settings.policy, settings.prefix)
         loss.backward()
         acc.add(
             metrics,
@@ -366,6 +352,16 @@ def _optimizer_step(model, optimizer, rows, part, active, settings, lift, pad_id
         if pre:
             out["prefix/token_count"] = pre
     return out
+
+
+def _prefix_signals(
+    micro: Sequence[StepRow], lift: torch.Tensor | None, chunk: list[int], device: torch.device
+) -> PrefixSignals:
+    """The micro-batch's per-row success and (when computed) family lift."""
+    return PrefixSignals(
+        success=torch.tensor([r.episode_won for r in micro], device=device),
+        lift=lift[chunk].to(device) if lift is not None else None,
+    )
 
 
 def _denominators(
