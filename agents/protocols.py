@@ -55,7 +55,7 @@ Mode = Literal["eval", "train"]
 
 _PG = "HappynessI/Prefix_GRPO"
 _VA = "langfengQ/verl-agent"
-_PAPER = "papers/prefix-grpo.txt"
+_PAPER = "Prefix-GRPO paper"
 
 
 class UnknownProtocolError(ValueError):
@@ -225,11 +225,11 @@ _PREFIX_GRPO = Protocol(
             history=None,
             sampling={"eval": Sampling(1.0, 1.0, 2048), "train": Sampling(1.0, 1.0, 512)},
             sources={
-                "env_kwargs": "AgentGym's BabyAI wrapper rules (REFERENCE.md BabyAI: "
-                "rules='agentgym' reproduces it)",
+                "env_kwargs": "AgentGym's BabyAI wrapper rules (docs/environments/"
+                "BabyAI-Text-v0.md: rules='agentgym' reproduces it)",
                 "prompt": f"{_PAPER} §7.4 BabyAI (system prompt, then the observation)",
                 "admissible": "AgentGym's BabyAI observation ends with 'Available actions: "
-                "[...]' (REFERENCE.md BabyAI)",
+                "[...]' (docs/environments/BabyAI-Text-v0.md)",
                 "parser": f"{_PG} verl/verl/interactions/babyai_interaction.py extract_action: "
                 "the last [[ ]], lower-cased",
                 "unparseable": _PG_FEEDBACK + "; babyai_interaction.py get_invalid_action_prompt",

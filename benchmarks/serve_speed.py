@@ -22,9 +22,9 @@ steps per second count steps over the whole wall time, resets included. Ratios a
 in-process figures of the same run: server steps/s over one in-process environment's (for
 ``--workers 1``) or over N in-process environments in N processes (for ``--workers N``).
 
-Targets (issue 36): the server adds at most 1 ms to a TextCraft step's p50 at 1 client; with 64
-clients and ``--workers 2`` it serves at least 70% of the steps per second that two in-process
-environments in two processes reach. The clients run on the same machine as the servers and
+Targets (:data:`TARGET_ADDED_P50_MS`, :data:`TARGET_SHARE_64_CLIENTS`): the server adds at most
+1 ms to a TextCraft step's p50 at 1 client; with 64 clients and ``--workers 2`` it serves at least
+70% of the steps per second that two in-process environments in two processes reach. The clients run on the same machine as the servers and
 share its cores; the load average is recorded, and on a shared machine every figure moves with
 the other work on it.
 """
@@ -52,6 +52,12 @@ __all__ = ["DEFAULT_ENVS", "Stats", "Workload", "bench_env", "main", "workload"]
 DEFAULT_ENVS = ("TextCraft-v0", "Sokoban-v0", "BabyAI-Text-v0", "WebShop-v0", "ALFWorld-v0")
 V1 = "/agentenvs/v1"
 BIG_BUDGET = 10**6  # the workload's episodes end by themselves; no truncation in between
+TARGET_ADDED_P50_MS = 1.0
+"""What the server may add to a TextCraft step's median latency at one client: a policy's reply
+takes tens of milliseconds at least, so 1 ms leaves serving invisible in a rollout."""
+TARGET_SHARE_64_CLIENTS = 0.7
+"""Steps per second of 64 clients on ``--workers 2`` over two in-process environments in two
+processes: at least 70%, so serving costs at most the rest of the CPU at full load."""
 
 
 @dataclass(frozen=True)
@@ -310,19 +316,21 @@ def bench_env(
 
 
 def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's two targets, where this run measured them."""
+    """The two targets (module docstring), where this run measured them."""
     out = []
     for r in results:
         if r["env_id"] != "TextCraft-v0":
             continue
         for row in r["server"]:
             if row["workers"] == 1 and row["clients"] == 1:
-                out.append({"target": "TextCraft: server adds <= 1 ms to the p50 step at 1 client",
-                            "measured_ms": row["added_p50_ms"], "met": row["added_p50_ms"] <= 1.0})
+                out.append({"target": f"TextCraft: server adds <= {TARGET_ADDED_P50_MS:g} ms to the "
+                            "p50 step at 1 client", "measured_ms": row["added_p50_ms"],
+                            "met": row["added_p50_ms"] <= TARGET_ADDED_P50_MS})
             if row["workers"] == 2 and row["clients"] == 64:
-                out.append({"target": "TextCraft: 64 clients, --workers 2 >= 70% of 2 in-process "
-                            "environments in 2 processes", "measured_ratio":
-                            row["ratio_steps_per_s"], "met": row["ratio_steps_per_s"] >= 0.7})
+                out.append({"target": "TextCraft: 64 clients, --workers 2 >= "
+                            f"{TARGET_SHARE_64_CLIENTS:.0%} of 2 in-process environments in 2 "
+                            "processes", "measured_ratio": row["ratio_steps_per_s"],
+                            "met": row["ratio_steps_per_s"] >= TARGET_SHARE_64_CLIENTS})
     return out
 
 

@@ -2,9 +2,9 @@
 
     python -m agentenvs.benchmarks.webshop_search_parity [--gold PATH] [--show 5]
 
-The gold file (``shared/data/webshop/lucene_gold_1k.json``) holds, for 1,076 queries, the top 50
-ASINs and scores that Lucene 9 BM25 (k1 0.9, b 0.4) with Anserini's default English analyzer
-returns over WebShop's 1k-product index. Prints the share of queries whose top 10 and top 50 are
+The gold file (``$AGENTENVS_ORIGINALS/webshop/lucene_gold_1k.json`` unless ``--gold``; not part of
+the repository) holds, for 1,076 queries, the top 50 ASINs and scores that Lucene 9 BM25 (k1 0.9,
+b 0.4) with Anserini's default English analyzer returns over WebShop's 1k-product index. Prints the share of queries whose top 10 and top 50 are
 exactly Lucene's, and of hits whose score agrees to Lucene's four printed decimals.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from agentenvs.webshop import default_catalog
 
 __all__ = ["ParityReport", "main", "measure"]
 
-DEFAULT_GOLD = Path(__file__).resolve().parents[2] / "shared/data/webshop/lucene_gold_1k.json"
+GOLD_FILE = "webshop/lucene_gold_1k.json"  # under $AGENTENVS_ORIGINALS
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,12 @@ def measure(gold_path: Path) -> ParityReport:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gold", type=Path, default=DEFAULT_GOLD, help="Lucene's rankings")
+    originals = os.environ.get("AGENTENVS_ORIGINALS")
+    default = Path(originals) / GOLD_FILE if originals else None
+    parser.add_argument("--gold", type=Path, default=default, help="Lucene's rankings")
     parser.add_argument("--show", type=int, default=5, help="list this many mismatching queries")
     args = parser.parse_args(argv)
-    if not args.gold.exists():
+    if args.gold is None or not args.gold.exists():
         parser.error(f"no gold file at {args.gold}; pass --gold PATH")
     report = measure(args.gold)
     print("\n".join(report.lines()))

@@ -4,7 +4,7 @@
     python scripts/write_benchmarks_doc.py                  # every benchmark, full repeats
     python scripts/write_benchmarks_doc.py --quick env_speed replay_speed
 
-Each benchmark reports ratios against a baseline measured in the same run (DESIGN.md), so only
+Each benchmark reports ratios against a baseline measured in the same run, so only
 the ratios compare across machines; wall times on shared cores vary run to run.
 """
 

@@ -11,8 +11,8 @@ run *packed*: each round's chunks (every row's next one) in one forward pass, en
 padding. The weights' products then see many rows at once (the decoder's products for 45 tokens took
 22 ms, for 8 rows of 45 packed 91 ms, two threads), while each row's attention reads its own
 positions only and its keys land where a row-by-row pass would put them. (Left-padded passes
-of similar lengths, the earlier way, padded a first turn's 664 new tokens to 1,004 rows in three
-passes.) A row's result is the same bit for bit alone, split at the batch's shared prefix, or
+of similar lengths would pad a first turn's 664 new tokens to 1,004 rows in three passes.) A
+row's result is the same bit for bit alone, split at the batch's shared prefix, or
 packed: the products are row-independent and the bmm attention does not depend on the cut (the
 tests check it).
 """

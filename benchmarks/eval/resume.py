@@ -47,8 +47,8 @@ RESUME_KEYS = (
     "seed",
     "seeding",
 )
-# what a run file written before a key existed meant by it: runs recorded before "seeding"
-# drew one seed per generation call, which eval no longer does (they cannot resume)
+# what a run file without a key means by it: a run file without "seeding" was drawn with one
+# seed per generation call ("call"), which cannot resume under per-episode seeding
 _RECORDED_BEFORE = {"seeding": "call"}
 SEEDING = "episode"  # each reply drawn with a seed of its episode and turn (recorded in run.json)
 

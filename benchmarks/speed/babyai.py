@@ -2,10 +2,10 @@
 
 Every row names what it is compared with in the same run: minigrid's own ``step``/``reset`` on
 the same level (an unwrapped environment, no text), the raw primitives a macro action runs, or a
-replay from reset. The issue's target: for primitive actions the text layer adds at most 3x the
-raw step's cost, i.e. a text step takes at most 4x a raw step. Issue 19 item 6: random walks
-(uniformly random admissible text actions, 100 per level, every 4th level) cost at most 3x the
-same primitives stepped on raw minigrid, text and raw interleaved level by level.
+replay from reset. Targets: for primitive actions the text layer adds at most 3x the raw step's
+cost, i.e. a text step takes at most 4x a raw step; random walks (uniformly random admissible
+text actions, 100 per level, every 4th level) cost at most 3x the same primitives stepped on raw
+minigrid, text and raw interleaved level by level.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each row names what it is compared with in the same run: the raw engine (``Board.step`` and its
 rendering, without the ``TextEnv`` contract around it), room generation without the cache, or a
-replay from reset. The issue's target is a step of at most 30 us.
+replay from reset. Target: a step of at most 30 us (:data:`STEP_TARGET_S`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """TextCraft-v0 speed: reset, step, snapshot and restore, and restore against replay.
 
-Targets (issue: the foundation): step <= 50 us, reset <= 2 ms, restore >= 10x faster than
+Targets: step <= 50 us, reset <= 2 ms, restore >= 10x faster than
 replaying 20 steps from reset. The step is measured over the actions of an expert episode
 (gets, crafts and inventory checks), restarted from a snapshot whenever it ends.
 
-Per action kind (issue 19 item 6), ``step`` against the game logic alone (``_apply``: the rules
+Per action kind, ``step`` against the game logic alone (``_apply``: the rules
 and the observation text, without the contract's bookkeeping and ``info``), interleaved batches
 in one run. ADaPT's env returns an empty ``info``, so its step is about its game logic; measured
 side by side with ADaPT's ``TextCraft/env.py`` in one process (not shipped here), our step of
 every kind costs at most ADaPT's. The overhead target: ``info`` and bookkeeping add at most 1.5x
-the game logic (a step at most 2.5x ``_apply``; before, ``info`` was two thirds of a step).
+the game logic (a step at most 2.5x ``_apply``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """WebShop-v0 speed: search latency, index build, reset, step, snapshot and restore.
 
-Targets (issue 8): a search (BM25 top 50 over the 1k products) well under WebShop's own Lucene
+Targets: a search (BM25 top 50 over the 1k products) well under WebShop's own Lucene
 round trip, measured against the plain Python way of scoring every document in the same run;
 reset and step in the sub-millisecond range; restore >= 10x faster than replaying from reset.
 """

@@ -140,7 +140,7 @@ def _ray_kill(pool, index: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Specs and the old names
+# Specs and their short forms
 
 
 def test_parse_env_workers() -> None:

@@ -1,5 +1,5 @@
-"""The environment speed rows of issue 19 item 6 run and compare against their same-run
-baselines (no timed assertion: ``met`` is reported, not asserted)."""
+"""The environment speed rows (per action kind, random walks) run and compare against their
+same-run baselines (no timed assertion: ``met`` is reported, not asserted)."""
 
 from __future__ import annotations
 

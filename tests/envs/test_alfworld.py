@@ -38,7 +38,17 @@ CLEAN_TASK = (
     "alfworld/valid_seen/pick_clean_then_place_in_recep-SoapBar-None-Toilet-428/"
     "trial_T20190907_041436_588106"
 )
-SHARED_TRAIN = Path("/work/shared/data/alfworld/train.tar.gz")
+
+
+def _original(relative: str) -> Path | None:
+    """A published file of the original benchmark under ``$AGENTENVS_ORIGINALS`` (a folder that
+    some machines have; never part of the repository), or None."""
+    root = os.environ.get("AGENTENVS_ORIGINALS")
+    path = Path(root) / relative if root else None
+    return path if path is not None and path.exists() else None
+
+
+SHARED_TRAIN = _original("alfworld/train.tar.gz")  # AgentGym's ALFWorld training archive
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -459,14 +469,14 @@ def test_engine_plan_does_not_move_the_state(env):
 
 
 # --------------------------------------------------------------------------------------------
-# Training split from the shared copy (this machine only) and whole splits (slow)
+# Training split from the original archive (where a machine has it) and whole splits (slow)
 
 
 @pytest.fixture(scope="module")
 def shared_train_dir(tmp_path_factory):
-    """A few training games unpacked from the shared archive (never copied into the repo)."""
-    if not SHARED_TRAIN.exists():
-        pytest.skip(f"{SHARED_TRAIN} is not on this machine")
+    """A few training games unpacked from the original archive (never copied into the repo)."""
+    if SHARED_TRAIN is None:
+        pytest.skip("ALFWorld's training archive is not on this machine ($AGENTENVS_ORIGINALS)")
     wanted = {
         data.GameRef("train", data.games_index()["train"][i]).relative_path() for i in (0, 1000)
     }

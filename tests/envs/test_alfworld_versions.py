@@ -28,7 +28,8 @@ from agentenvs.alfworld.expert import ALFWorldExpert, thought_for  # noqa: E402
 from agentenvs.alfworld.observation import parse_fields  # noqa: E402
 from agentenvs.core import SnapshotError  # noqa: E402
 
-# The issue's example (valid_unseen): heat a potato, put it in the garbage can.
+# A task whose walkthrough the two versions take differently (valid_unseen): heat a potato, put
+# it in the garbage can.
 HEAT_TASK = (
     "alfworld/valid_unseen/pick_heat_then_place_in_recep-Potato-None-GarbageCan-10/"
     "trial_T20190907_161745_664033"
@@ -199,7 +200,7 @@ def test_agentgym_process_ob():
 
 
 # --------------------------------------------------------------------------------------------
-# Playing: the issue's example, the differential check, the expert
+# Playing: the heat-a-potato task, the differential check, the expert
 
 
 def test_the_issues_example(agentgym, alf04):

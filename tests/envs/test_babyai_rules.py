@@ -83,7 +83,7 @@ def test_rules_default_and_variant() -> None:
 
 def test_verifier_success_with_zero_reward_is_won_under_fixed_rules() -> None:
     # agentgym/21 (PutNextLocalS6N4, max_steps 72): the drop completes the mission on
-    # primitive 80, where minigrid's 1 - 0.9 * 80 / 72 is exactly 0.0 (issue 19's case); the
+    # primitive 80, where minigrid's 1 - 0.9 * 80 / 72 is exactly 0.0; the
     # verifier says success, so it is won (the original, rules="agentgym", needs reward > 0.5)
     env = BabyAITextEnv(max_turns=300, rules="fixed")
     env.reset(options={"task_id": "agentgym/21"})

@@ -1,4 +1,4 @@
-"""Fuzz-proof steps (issue 19 item 5): 10,000 hostile ``str`` actions per environment.
+"""Fuzz-proof steps: 10,000 hostile ``str`` actions per environment.
 
 No action string raises; every observation stays inside ``observation_space``; info keeps the
 contract. ALFWorld's engine step costs ~65 ms, so its fuzz is a slow test.

@@ -1,4 +1,4 @@
-"""Vector environments (issue 19 item 8): ``gym.make_vec(ID, n, vectorization_mode=...)`` with
+"""Vector environments: ``gym.make_vec(ID, n, vectorization_mode=...)`` with
 the defaults gives, in both modes, the observations, rewards, flags and infos of ``n`` single
 environments reset with the same seeds, autoreset included (Gymnasium's default ``NEXT_STEP``:
 the step after an episode ends resets that environment and returns its reset observation with

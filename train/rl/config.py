@@ -119,7 +119,7 @@ class DataSettings:
 
 @dataclass
 class RolloutSettings:
-    """How episodes are played (the agents issue's rollout settings)."""
+    """How episodes are played (:class:`agentenvs.agents.rollout.RolloutConfig`'s settings)."""
 
     max_turns: int | None = None
     """Replies per episode (None: the protocol's training limit; TextCraft 30)."""

@@ -4,9 +4,9 @@
 distributed or vLLM-backed trainer can run them in other places: :meth:`RLTrainer.rollout_step`
 (episodes from the current policy, turned into rows; DAPO's dynamic sampling draws more
 prompts here), :meth:`RLTrainer.advantage_step`, :meth:`RLTrainer.old_log_prob_step`,
-:meth:`RLTrainer.update_step` and :meth:`RLTrainer.sync_weights` (the hook the next issue's vLLM
-engine plugs into; with the in-process transformers policy, which shares the trainer's model
-object, there is nothing to copy).
+:meth:`RLTrainer.update_step` and :meth:`RLTrainer.sync_weights` (the hook the vLLM engine,
+:mod:`agentenvs.train.rl.vllm_engine`, plugs into; with the in-process transformers policy, which
+shares the trainer's model object, there is nothing to copy).
 
 Robustness: a checkpoint every ``save_every`` iterations and at the end (model, optimizer,
 scheduler, RNG states, iteration, data position); ``resume`` continues exactly (the data order,

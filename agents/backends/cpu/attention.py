@@ -99,8 +99,8 @@ def _with_prefix(query: Any, scores: Any, values: Any, prefix: Any, scale: float
 def _rows_product(a: Any, b: Any, batch: int) -> Any:
     """``bmm(a, b)`` for ``a`` ``[heads, batch * m, k]`` holding ``batch`` rows' ``m`` queries:
     one product for all rows, except in float32, where it is one product per row. MKL's float32
-    GEMM rounds a query's sums differently by the call's row count (on the AVX2 machine of
-    December 2026 a row's reply alone and batched differed from its second token), oneDNN's
+    GEMM rounds a query's sums differently by the call's row count (on an AVX2 machine a row's
+    reply alone and batched differed from its second token), oneDNN's
     bfloat16 one did not on the CPUs tested."""
     import torch
 
