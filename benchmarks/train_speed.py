@@ -18,7 +18,8 @@ with a randomly initialised model of Qwen3-1.7B's shape: the old-log-prob pass a
 FLOPs utilisation: FLOPs counted as 6 x non-embedding parameters per token, 6 x d_model x vocab
 per reply token (logits are computed only where a log-prob is needed), and causal attention
 6 x layers x d_attn x S^2 per row (x 1/3 of each for the forward-only old-log-prob pass),
-over the bf16 dense peak (``--peak-tflops``; 989 for H100/H200 SXM).
+over the bf16 dense peak (``--peak-tflops``; default
+:data:`agentenvs.benchmarks.model_shapes.BF16_DENSE_PEAK_TFLOPS` on an H100 or H200).
 
 ``generate`` (also part of ``gpu``) compares the rollout side with the trainer's side on the same
 randomly initialised model (fp32 weights, bf16 autocast on GPUs, as the RL loop holds it):
@@ -42,45 +43,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agentenvs.benchmarks.model_shapes import (
+    QWEN3_1P7B,
+    ModelShape,
+    nonembedding_parameters,
+    peak_tflops_for,
+    update_flops,
+)
+
 __all__ = [
-    "QWEN3_1P7B",
     "SMALL_SHAPE",
-    "ModelShape",
     "GenerateSpeed",
     "UpdateSpeed",
     "generate_speed",
     "loop_speed",
     "main",
-    "update_flops",
     "update_speed",
 ]
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """A Qwen3 configuration's shape."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    vocab_size: int
-
-    def qwen3_config(self) -> Any:
-        from transformers import Qwen3Config
-
-        return Qwen3Config(
-            **asdict(self),
-            tie_word_embeddings=True,
-            max_position_embeddings=40960,
-            rope_theta=1_000_000.0,
-        )
-
-
-QWEN3_1P7B = ModelShape(2048, 6144, 28, 16, 8, 128, 151936)
-SMALL_SHAPE = ModelShape(128, 384, 2, 4, 2, 32, 4096)
+SMALL_SHAPE = ModelShape(128, 384, 2, 4, 2, 32, 4096, name="small")
 
 
 @dataclass(frozen=True)
@@ -99,18 +81,6 @@ class UpdateSpeed:
     mfu: float | None
     peak_tflops: float | None
     peak_memory_gib: float | None
-
-
-def update_flops(shape: ModelShape, n_body: int, prompt: int, response: int) -> tuple[float, float]:
-    """(training FLOPs, forward-only FLOPs) of one row (module docstring)."""
-    seq = prompt + response
-    d_attn = shape.num_attention_heads * shape.head_dim
-    forward = (
-        2 * n_body * seq
-        + 2 * shape.hidden_size * shape.vocab_size * response
-        + 2 * shape.num_hidden_layers * d_attn * seq * seq
-    )
-    return 3.0 * forward, float(forward)
 
 
 def _synthetic_rows(rows: int, prompt: int, response: int, vocab: int, seed: int) -> list[Any]:
@@ -155,7 +125,7 @@ def _random_model(shape: ModelShape, device: Any, seed: int) -> Any:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=torch.float32).to(device)
+    return AutoModelForCausalLM.from_config(shape.config(), dtype=torch.float32).to(device)
 
 
 def _timed_old_log_probs(
@@ -203,7 +173,7 @@ def update_speed(
 
     dev = torch.device(device)
     model = _random_model(shape, dev, seed)
-    n_body = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    n_body = nonembedding_parameters(model)
     optimizer = make_optimizer(model, 1e-6)
     scheduler = make_scheduler(optimizer, 10, 0.0, "constant")
     data = _synthetic_rows(rows, prompt, response, shape.vocab_size, seed)
@@ -380,10 +350,6 @@ def loop_speed(out_dir: str | Path, *, iterations: int = 4, algo: str = "ptgpo")
     return {k: statistics.median(m.get(k, 0.0) for m in timed) for k in keys}
 
 
-def _peak_for(device_name: str) -> float | None:
-    return 989.0 if any(n in device_name for n in ("H100", "H200", "H800")) else None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("cpu", "gpu", "generate", "both"), default="cpu")
@@ -439,7 +405,7 @@ def _device_report(args: argparse.Namespace) -> dict[str, Any]:
             response=args.response,
             micro_batch_size=args.micro_batch_size,
             precision=precision,
-            peak_tflops=args.peak_tflops or _peak_for(name),
+            peak_tflops=args.peak_tflops or peak_tflops_for(name),
         )
         report["gpu_update"] = {"device": name, "shape": args.shape, **asdict(speed)}
         _print_table(f"Update path, {args.shape} shape on {name}", report["gpu_update"])

@@ -4,6 +4,7 @@ models'; a failed or overlong step is recorded and the command exits non-zero.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -17,7 +18,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agentenvs.benchmarks import gpu_check  # noqa: E402
+from agentenvs.benchmarks.gpu_check import cli, fsdp, plan, rl  # noqa: E402
+from agentenvs.benchmarks.gpu_check.runner import StepRunner, StepTimeout  # noqa: E402
+from agentenvs.benchmarks.model_shapes import (  # noqa: E402
+    BF16_DENSE_PEAK_TFLOPS,
+    QWEN3_1P7B,
+    SMOLLM2_135M,
+    nonembedding_parameters,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,27 +52,27 @@ def test_dry_run_plays_every_step_and_reports_numbers(tmp_path):
     proc = run_command("--dry-run", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert report["schema_version"] == gpu_check.SCHEMA_VERSION and report["dry_run"] is True
+    assert report["schema_version"] == plan.SCHEMA_VERSION and report["dry_run"] is True
     assert report["versions"]["torch"] == torch.__version__
-    assert report["peak_tflops"] == gpu_check.H200_BF16_PEAK_TFLOPS
+    assert report["peak_tflops"] == BF16_DENSE_PEAK_TFLOPS
     steps = {s["name"]: s for s in report["steps"]}
-    assert list(steps) == list(gpu_check.STEPS) and report["failed"] == []
+    assert list(steps) == list(plan.STEPS) and report["failed"] == []
     for step in steps.values():
         assert step["ok"] and step["error"] is None and 0 < step["seconds"] <= step["limit_s"]
 
     models = steps["models"]["result"]
     assert models["smollm2_135m"]["class"] == "LlamaForCausalLM"
     assert models["qwen3_1p7b"]["class"] == "Qwen3ForCausalLM"
-    plan = gpu_check.DRY_RUN_PLAN
+    dry = plan.DRY_RUN_PLAN
     for name in ("eval_smollm2_135m", "eval_qwen3_1p7b"):
         r = steps[name]["result"]
-        assert r["episodes"] == plan.eval_tasks * plan.eval_samples
+        assert r["episodes"] == dry.eval_tasks * dry.eval_samples
         assert r["generated_tokens"] > 0
         assert r["generated_tokens_per_s"] > 0 and r["episodes_per_min"] > 0
         assert r["backend"]["device"] == "cpu"
     for name in ("rl_ptgpo", "rl_prefix_grpo"):
         r = steps[name]["result"]
-        assert len(r["iterations"]) == plan.rl_iterations
+        assert len(r["iterations"]) == dry.rl_iterations
         for it in r["iterations"]:
             for key in ("rollout_s", "old_log_prob_s", "update_s", "update_tflops", "mfu"):
                 assert finite(it[key]) and it[key] > 0, (name, key, it)
@@ -80,7 +88,7 @@ def test_dry_run_plays_every_step_and_reports_numbers(tmp_path):
 
 def test_a_step_without_its_models_is_a_recorded_failure(tmp_path, capsys):
     steps = "rl_ptgpo,eval_qwen3_1p7b"
-    assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--steps", steps]) == 1
+    assert cli.main(["--dry-run", "--out", str(tmp_path), "--steps", steps]) == 1
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["failed"] == ["eval_qwen3_1p7b", "rl_ptgpo"]
     assert all("needs step(s) models" in s["error"] for s in report["steps"])
@@ -89,14 +97,14 @@ def test_a_step_without_its_models_is_a_recorded_failure(tmp_path, capsys):
 
 
 def test_unknown_step_is_refused(tmp_path):
-    assert gpu_check.main(["--out", str(tmp_path), "--steps", "models,warp"]) == 2
+    assert cli.main(["--out", str(tmp_path), "--steps", "models,warp"]) == 2
 
 
 def test_overlong_and_failing_steps_are_recorded_and_the_next_steps_run():
-    plan = gpu_check.dataclasses.replace(
-        gpu_check.DRY_RUN_PLAN, limits_s={"slow": 0.5, "bad": 10, "fine": 10}
+    limited = dataclasses.replace(
+        plan.DRY_RUN_PLAN, limits_s={"slow": 0.5, "bad": 10, "fine": 10}
     )
-    runner = gpu_check._Runner(plan, ["slow", "bad", "fine"])
+    runner = StepRunner(limited, ["slow", "bad", "fine"])
     clock = time.perf_counter()
     runner.run("slow", lambda: time.sleep(30) or {})
     runner.run("bad", lambda: 1 / 0)
@@ -110,8 +118,7 @@ def test_overlong_and_failing_steps_are_recorded_and_the_next_steps_run():
 
 
 def test_spent_budget_skips_the_remaining_steps():
-    plan = gpu_check.dataclasses.replace(gpu_check.DRY_RUN_PLAN, budget_s=0.5)
-    runner = gpu_check._Runner(plan, ["late"])
+    runner = StepRunner(dataclasses.replace(plan.DRY_RUN_PLAN, budget_s=0.5), ["late"])
     time.sleep(0.6)
     runner.run("late", lambda: {})
     assert not runner.records[0].ok and "budget was spent" in runner.records[0].error
@@ -121,8 +128,8 @@ def test_spent_budget_skips_the_remaining_steps():
     ("shape", "cls", "total", "body"),
     [
         # published: SmolLM2-135M 134.5M parameters; Qwen3-1.7B 1.7B, 1.4B non-embedding
-        (gpu_check.SMOLLM2_135M, "LlamaForCausalLM", 134_515_008, 106_203_456),
-        (gpu_check.QWEN3_1P7B, "Qwen3ForCausalLM", 1_720_574_976, 1_409_410_048),
+        (SMOLLM2_135M, "LlamaForCausalLM", 134_515_008, 106_203_456),
+        (QWEN3_1P7B, "Qwen3ForCausalLM", 1_720_574_976, 1_409_410_048),
     ],
 )
 def test_shapes_are_the_published_models(tmp_path, shape, cls, total, body):
@@ -135,23 +142,23 @@ def test_shapes_are_the_published_models(tmp_path, shape, cls, total, body):
         model = AutoModelForCausalLM.from_config(config)
     assert type(model).__name__ == cls and config.tie_word_embeddings
     assert sum(p.numel() for p in model.parameters()) == total
-    assert gpu_check.nonembedding_parameters(model) == body
+    assert nonembedding_parameters(model) == body
     assert config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
 
 
 def test_update_tflops_counts_the_shapes_flops():
-    shape = gpu_check.QWEN3_1P7B
+    shape = QWEN3_1P7B
     body, d, layers, d_attn = 1_409_410_048, 2048, 28, 16 * 128
     seq, reply = 1000, 100
     per_row = 6 * body * seq + 6 * d * shape.vocab_size * reply + 6 * layers * d_attn * seq**2
-    measured = gpu_check.update_tflops(shape, body, [(seq - reply, reply)] * 4, 2, 1.0)
+    measured = rl.update_tflops(shape, body, [(seq - reply, reply)] * 4, 2, 1.0)
     assert measured == pytest.approx(per_row * 4 * 2 / 1e12)
 
 
 def test_torchrun_past_its_limit_is_stopped_and_recorded(tmp_path):
     clock = time.perf_counter()
-    with pytest.raises(gpu_check.StepTimeout, match="torchrun stopped after 4 s"):
-        gpu_check.run_torchrun(gpu_check.DRY_RUN_PLAN, str(tmp_path), tmp_path, 4, True)
+    with pytest.raises(StepTimeout, match="torchrun stopped after 4 s"):
+        fsdp.run_torchrun(plan.DRY_RUN_PLAN, str(tmp_path), tmp_path, 4, True)
     assert time.perf_counter() - clock < 10
     assert not (tmp_path / "worker.json").exists()
 
@@ -161,18 +168,18 @@ def test_policy_options_reach_the_rl_rollout_policy(tmp_path):
     from agentenvs.train.rl import RLConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    args = gpu_check.build_parser().parse_args(
+    args = cli.build_parser().parse_args(
         ["--out", "x", "--policy-opt", "share_prefix=false", "--policy-opt", "prefix_cache=false"]
     )
     options = dict(args.policy_opt)
     assert options == {"share_prefix": False, "prefix_cache": False}
-    assert gpu_check._policy_factory(gpu_check.DRY_RUN_PLAN) is None  # the trainer's own
-    plan = gpu_check.dataclasses.replace(gpu_check.DRY_RUN_PLAN, policy_options=options)
+    assert rl.policy_factory(plan.DRY_RUN_PLAN) is None  # the trainer's own
+    with_options = dataclasses.replace(plan.DRY_RUN_PLAN, policy_options=options)
     model_dir = build_tiny_model(tmp_path / "tiny")
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = RLConfig(algo="ptgpo", model=str(model_dir), tensorboard=False)
-    policy = gpu_check._policy_factory(plan)(model, tokenizer, config)
+    policy = rl.policy_factory(with_options)(model, tokenizer, config)
     try:
         assert policy.model is model  # generates with the trainer's model
         assert policy.share_prefix is False and policy.prefix_cache is None

@@ -6,13 +6,14 @@ import math
 
 import pytest
 
-from agentenvs.benchmarks.train_speed import (
+from agentenvs.benchmarks.model_shapes import (
+    BF16_DENSE_PEAK_TFLOPS,
     QWEN3_1P7B,
     ModelShape,
-    generate_speed,
+    peak_tflops_for,
     update_flops,
-    update_speed,
 )
+from agentenvs.benchmarks.train_speed import generate_speed, update_speed
 
 pytest.importorskip("transformers")
 
@@ -25,13 +26,18 @@ def test_update_flops_by_hand():
     assert train == 3 * forward
 
 
+def test_the_mfu_peak_is_the_dense_bf16_peak_of_h100_and_h200():
+    assert peak_tflops_for("NVIDIA H200") == peak_tflops_for("NVIDIA H100 80GB HBM3") == 989.0
+    assert BF16_DENSE_PEAK_TFLOPS == 989.0 and peak_tflops_for("NVIDIA A10G") is None
+
+
 def test_qwen3_shape_has_the_published_parameter_count():
     """Qwen3-1.7B's model card: 1.7B parameters, 1.4B of them outside the (tied) embedding."""
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(QWEN3_1P7B.qwen3_config())
+        model = AutoModelForCausalLM.from_config(QWEN3_1P7B.config())
     total = sum(p.numel() for p in model.parameters())
     body = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
     assert round(total / 1e9, 1) == 1.7 and round(body / 1e9, 1) == 1.4
