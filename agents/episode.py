@@ -92,7 +92,16 @@ class Episode:
             feedback = self.rules.feedback(parsed.error)
             info = {"format_error": parsed.error}
             self.steps.append(
-                _record(self.observation, None, feedback, 0.0, False, {}, completion, info)
+                _record(
+                    completion,
+                    anchor=self.observation,
+                    action=None,
+                    observation=feedback,
+                    reward=0.0,
+                    valid=False,
+                    fields={},
+                    info=info,
+                )
             )
             self.conversation.add_format_error(feedback, self.info)
         return parsed.action
@@ -114,10 +123,16 @@ class Episode:
         fields = dict(info.get("fields") or {})
         self.steps.append(
             _record(
-                self.observation, parsed.action, observation, reward, valid, fields, completion,
-                extra,
+                completion,
+                anchor=self.observation,
+                action=parsed.action,
+                observation=observation,
+                reward=reward,
+                valid=valid,
+                fields=fields,
+                info=extra,
             )
-        )  # fmt: skip
+        )
         self.total_reward += float(reward)
         self.won = self.won or bool(info.get("won", False))
         self.terminated, self.truncated = bool(terminated), bool(truncated)
@@ -126,15 +141,17 @@ class Episode:
 
 
 def _record(
+    completion: Completion,
+    *,
     anchor: str,
     action: str | None,
     observation: str,
     reward: float,
     valid: bool,
     fields: dict[str, Any],
-    completion: Completion,
     info: dict[str, Any],
 ) -> StepRecord:
+    """The trajectory's record of one reply (its tokens and log-probs from ``completion``)."""
     if completion.finish_reason:
         info = {**info, "finish_reason": completion.finish_reason}
     return StepRecord(

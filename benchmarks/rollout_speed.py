@@ -13,7 +13,7 @@ same model directory, one with the engine and one without (``cpu_engine="off"``:
 batched generator, float32 on CPU), in the same process, interleaved, best of the repeats.
 ``--doc PATH`` rewrites the measured section of that page (``docs/cpu-engine.md``, between its
 ``<!-- measured -->`` markers) with this run's table, machine and load; the rest of the page (the
-engine's design and the measurement history) is kept.
+engine's design and its measurements) is kept.
 
 Both runs of the first figure play the same TextCraft test episodes on the transformers backend
 with per-episode sampling seeds (``RolloutConfig(episode_seeds=True)``), so both sample the same
@@ -32,13 +32,29 @@ shared machine when ``--threads 1``) and the share of prompt tokens the prefix c
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from agentenvs.agents.backends.transformers_backend import TransformersPolicy
+from agentenvs.agents.models import embedded_model_dir, embedded_options
+from agentenvs.agents.policy import SamplingParams
+from agentenvs.agents.rollout import (
+    EpisodeSpec,
+    RolloutConfig,
+    RolloutStats,
+    plan_episodes,
+    run_rollouts,
+)
+from agentenvs.agents.tiny_model import build_tiny_model
 from agentenvs.benchmarks.timing import SpeedRow, format_table, report
+from agentenvs.registration import make
 
 __all__ = ["EngineSpeed", "RolloutSpeed", "main", "measure", "measure_engine", "write_doc"]
 
@@ -116,18 +132,16 @@ def measure(
     ``max_turns`` / ``max_new_tokens``: per episode and per reply (default 4 and 48; quick: 3
     and 24). ``options``: more backend options (e.g. the embedded agent's)."""
     import torch
-    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
-    from agentenvs.agents.policy import SamplingParams
-    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
-    from agentenvs.agents.tiny_model import build_tiny_model
-
-    from agentenvs.registration import make
 
     torch.manual_seed(0)
     threads_before = torch.get_num_threads()
     repeats = repeats or (1 if quick else 3)
-    max_turns = max_turns or (3 if quick else 4)
-    max_new_tokens = max_new_tokens or (24 if quick else 48)
+    sampling = SamplingParams(
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens or (24 if quick else 48),
+        seed=0,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(model_dir) if model_dir else build_tiny_model(Path(tmp) / "tiny")
         policy = TransformersPolicy(
@@ -139,37 +153,16 @@ def measure(
             **(options or {}),
         )
         env = make(ENV_ID)
-        tasks = env.task_ids("test")[:episodes]
-        plan = plan_episodes(tasks, 1)
-        sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
+        plan = plan_episodes(env.task_ids("test")[:episodes], 1)
         policy.generate([[{"role": "user", "content": "warm up"}]], sampling)
-
-        replies: dict[int, dict] = {}
-
-        def run(max_active: int) -> tuple[RolloutStats, float]:
-            stats = RolloutStats()
-            config = RolloutConfig(
-                max_turns=max_turns, sampling=sampling, max_active=max_active, episode_seeds=True
-            )
-            cpu = time.process_time()
-            played = run_rollouts(policy, ENV_ID, plan, config, stats=stats)
-            cpu = time.process_time() - cpu
-            replies[max_active] = _replies(played)
-            return stats, cpu
-
-        # interleaved repeats, best of each: a busy machine slows both the same way
-        batched = sequential = None
-        batched_cpu = sequential_cpu = float("inf")
-        for _ in range(repeats):
-            (b, b_cpu), (s, s_cpu) = run(episodes), run(1)
-            batched = b if batched is None or b.wall_seconds < batched.wall_seconds else batched
-            sequential = (
-                s if sequential is None or s.wall_seconds < sequential.wall_seconds else sequential
-            )
-            batched_cpu, sequential_cpu = min(batched_cpu, b_cpu), min(sequential_cpu, s_cpu)
+        pair = _BestOfRuns(policy, plan, sampling, max_turns or (3 if quick else 4))
+        for _ in range(repeats):  # interleaved, best of each: a busy machine slows both alike
+            pair.run(episodes)
+            pair.run(1)
         cache_stats = policy.cache_stats
         policy.close()
     torch.set_num_threads(threads_before)
+    batched, sequential = pair.best[episodes], pair.best[1]
     return RolloutSpeed(
         episodes=episodes,
         batched_tokens_per_s=batched.generated_tokens / batched.wall_seconds,
@@ -179,14 +172,44 @@ def measure(
         env_share=batched.env_share,
         batched_calls=batched.generate_calls,
         sequential_calls=sequential.generate_calls,
-        batched_cpu_s=batched_cpu,
-        sequential_cpu_s=sequential_cpu,
+        batched_cpu_s=pair.cpu[episodes],
+        sequential_cpu_s=pair.cpu[1],
         batched_tokens=batched.generated_tokens,
         sequential_tokens=sequential.generated_tokens,
         reused_share=cache_stats.reused_share if cache_stats is not None else 0.0,
         prefix_cache=prefix_cache,
-        same_replies=_same_share(replies[episodes], replies[1]),
+        same_replies=_same_share(pair.replies[episodes], pair.replies[1]),
     )
+
+
+class _BestOfRuns:
+    """Runs of the same episodes at several ``max_active``: the fastest run's stats, the least
+    CPU time and the last run's sampled replies of each."""
+
+    def __init__(
+        self, policy: Any, plan: list[EpisodeSpec], sampling: SamplingParams, max_turns: int
+    ) -> None:
+        self.policy, self.plan, self.sampling, self.max_turns = policy, plan, sampling, max_turns
+        self.best: dict[int, RolloutStats] = {}
+        self.cpu: dict[int, float] = {}
+        self.replies: dict[int, dict] = {}
+
+    def run(self, max_active: int) -> None:
+        stats = RolloutStats()
+        config = RolloutConfig(
+            max_turns=self.max_turns,
+            sampling=self.sampling,
+            max_active=max_active,
+            episode_seeds=True,
+        )
+        cpu = time.process_time()
+        played = run_rollouts(self.policy, ENV_ID, self.plan, config, stats=stats)
+        cpu = time.process_time() - cpu
+        self.replies[max_active] = _replies(played)
+        best = self.best.get(max_active)
+        if best is None or stats.wall_seconds < best.wall_seconds:
+            self.best[max_active] = stats
+        self.cpu[max_active] = min(self.cpu.get(max_active, float("inf")), cpu)
 
 
 def _replies(trajectories: list) -> dict[tuple[str, int, int], tuple[int, ...]]:
@@ -244,11 +267,6 @@ def measure_engine(
     ``cpu_engine="auto"``) and with :data:`PLAIN_OPTIONS` (two policies on one model
     directory, same seeds), interleaved; best tokens/s of each."""
     import torch
-    from agentenvs.agents.backends.transformers_backend import TransformersPolicy
-    from agentenvs.agents.policy import SamplingParams
-    from agentenvs.agents.rollout import RolloutConfig, RolloutStats, plan_episodes, run_rollouts
-
-    from agentenvs.registration import make
 
     threads_before = torch.get_num_threads()
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
@@ -298,9 +316,6 @@ def write_doc(path: Path, text: str) -> None:
 
 def _machine() -> str:
     """The CPU's model name, core count and load average, for the page."""
-    import os
-    import platform
-
     name = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -313,7 +328,8 @@ def _machine() -> str:
     return f"{name}, {os.cpu_count()} cores, load average {load}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m agentenvs.benchmarks.rollout_speed``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter episodes, one repeat")
     parser.add_argument("--episodes", type=int, default=8)
@@ -351,17 +367,47 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a backend option over the defaults, e.g. --opt cpu_engine=off (repeatable)",
     )
+    return parser
+
+
+def summary(speed: RolloutSpeed, engine: EngineSpeed | None) -> str:
+    """The lines under the table: both runs' rates, shared replies, CPU time, the cache, and
+    the engine's figure when measured."""
+    cache = "off"
+    if speed.prefix_cache:
+        cache = f"on, {100 * speed.reused_share:.0f}% of prompt tokens reused"
+    text = (
+        f"\nbatched {speed.batched_tokens_per_s:.0f} tok/s ({speed.batched_calls} generate calls), "
+        f"one at a time {speed.sequential_tokens_per_s:.0f} tok/s "
+        f"({speed.sequential_calls} calls): {speed.ratio:.2f}x; environments "
+        f"{100 * speed.env_share:.2f}% of the batched run's wall time\n"
+        f"same sampled replies in both runs (episode seeds): {100 * speed.same_replies:.0f}% "
+        f"({speed.batched_tokens} and {speed.sequential_tokens} tokens)\n"
+        f"CPU time per token: {speed.cpu_ratio:.2f}x; prefix cache {cache}"
+    )
+    if engine is not None:
+        text += (
+            f"\neval decoding with the CPU engine {engine.engine_tokens_per_s:.1f} tok/s, plain "
+            f"backend {engine.plain_tokens_per_s:.1f} tok/s: {engine.ratio:.2f}x "
+            f"({engine.engine_tokens} and {engine.plain_tokens} tokens)\n"
+            f"engine: {engine.engine_line}"
+        )
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     options: dict = {}
     if args.embedded:
-        from agentenvs.agents.models import embedded_model_dir, embedded_options
-
         args.model_dir, options = embedded_model_dir(), embedded_options()
     for item in args.opt:
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--opt takes KEY=VALUE, got {item!r}")
         options[key] = value
+    if args.engine and args.model_dir is None:
+        parser.error("--engine needs --embedded or --model-dir")
     speed = measure(
         args.quick,
         episodes=args.episodes,
@@ -373,47 +419,22 @@ def main(argv: list[str] | None = None) -> int:
         options=options,
     )
     rows = speed.rows()
-    speedup = None
+    engine = None
     if args.engine:
-        if args.model_dir is None:
-            parser.error("--engine needs --embedded or --model-dir")
         engine_options = options if options.get("cpu_engine", "off") != "off" else None
-        speedup = measure_engine(
+        engine = measure_engine(
             args.model_dir, engine_options, episodes=args.episodes, threads=args.threads
         )
-        rows.append(speedup.row())
-    table = format_table(rows)
-    summary = (
-        f"\nbatched {speed.batched_tokens_per_s:.0f} tok/s ({speed.batched_calls} generate calls), "
-        f"one at a time {speed.sequential_tokens_per_s:.0f} tok/s "
-        f"({speed.sequential_calls} calls): {speed.ratio:.2f}x; environments "
-        f"{100 * speed.env_share:.2f}% of the batched run's wall time\n"
-        f"same sampled replies in both runs (episode seeds): {100 * speed.same_replies:.0f}% "
-        f"({speed.batched_tokens} and {speed.sequential_tokens} tokens)\n"
-        f"CPU time per token: {speed.cpu_ratio:.2f}x; prefix cache "
-        + (
-            f"on, {100 * speed.reused_share:.0f}% of prompt tokens reused"
-            if speed.prefix_cache
-            else "off"
-        )
-    )
-    if speedup is not None:
-        summary += (
-            f"\neval decoding with the CPU engine {speedup.engine_tokens_per_s:.1f} tok/s, plain "
-            f"backend {speedup.plain_tokens_per_s:.1f} tok/s: {speedup.ratio:.2f}x "
-            f"({speedup.engine_tokens} and {speedup.plain_tokens} tokens)\n"
-            f"engine: {speedup.engine_line}"
-        )
-    report(table + "\n" + summary, args.out)
+        rows.append(engine.row())
+    table, text = format_table(rows), summary(speed, engine)
+    report(table + "\n" + text, args.out)
     if args.doc:
-        from datetime import datetime, timezone
-
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         command = "python -m agentenvs.benchmarks.rollout_speed " + " ".join(argv or sys.argv[1:])
         write_doc(
             args.doc,
             f"Last measured {when} on {_machine()}, torch threads {args.threads or 'default'}:\n"
-            f"`{command}`\n\n{table}\n\n```\n{summary.strip()}\n```",
+            f"`{command}`\n\n{table}\n\n```\n{text.strip()}\n```",
         )
     return 0
 

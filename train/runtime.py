@@ -165,12 +165,12 @@ def save_checkpoint(
     out_dir: Path,
     model: Any,
     tokenizer: Any,
+    *,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     state: TrainState,
     config: Mapping[str, Any],
     keep_last: int = 3,
-    *,
     ctx: Any = None,
 ) -> Path:
     """Write ``<out_dir>/checkpoints/step-<n>`` atomically and point ``latest`` at it.

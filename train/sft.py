@@ -285,11 +285,11 @@ class _SFTRun:
             Path(self.config.out_dir),
             self.model,
             self.tokenizer,
-            self.optimizer,
-            self.scheduler,
-            self.state,
-            config_to_dict(self.config),
-            self.config.keep_checkpoints,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            state=self.state,
+            config=config_to_dict(self.config),
+            keep_last=self.config.keep_checkpoints,
             ctx=self.ctx,
         )
 

@@ -118,39 +118,51 @@ class IdBody(BaseModel):
     id: int
 
 
-def _textcraft(ag: _AgentGym, router: APIRouter) -> None:
+def _textcraft_goal_id(goal: str) -> str:
+    """A client's goal (``"gold ingot"`` or ``"minecraft:gold_ingot"``) as TextCraft's item id."""
+    goal = goal.strip()
+    return goal if goal.startswith("minecraft:") else "minecraft:" + goal.replace(" ", "_")
+
+
+def _textcraft_start(
+    ag: _AgentGym, session: Session, body: TextCraftCreate, default_idx: int
+) -> str:
+    """Reset ``session`` to the AgentGym task the body names (``data_idx``, or the task of its
+    ``goal`` with ``commands``, else ``default_idx``); the first observation."""
     from agentenvs.textcraft.crafting import item_id_to_str
     from agentenvs.textcraft.env import agentgym_goals
 
-    def goal_id(goal: str) -> str:
-        goal = goal.strip()
-        return goal if goal.startswith("minecraft:") else "minecraft:" + goal.replace(" ", "_")
+    data_idx = body.data_idx
+    if data_idx is None and body.goal is not None and body.commands is not None:
+        # the fork shows the client's commands for its goal: play an AgentGym task of it
+        wanted = _textcraft_goal_id(body.goal)
+        goals = [g for g, _ in agentgym_goals()]
+        if wanted not in goals:
+            raise ServeError(400, "unknown_task", f"no AgentGym TextCraft goal {body.goal!r}")
+        data_idx = goals.index(wanted)
+    if data_idx is None:
+        data_idx = default_idx  # upstream: the id is the task
+    observation, _ = ag.reset(session, _task("agentgym", data_idx))
+    if body.goal is not None and body.commands is not None:
+        env_goal = session.env.goal  # type: ignore[attr-defined]
+        if _textcraft_goal_id(body.goal) != env_goal:
+            raise ServeError(400, "unknown_task",
+                             f"goal {body.goal!r} is not the goal of AgentGym task "
+                             f"{data_idx} ({item_id_to_str(env_goal)!r})")
+        # AgentGym's reset with commands and goal shows them as given; the rules do not
+        # depend on the commands, so the game played is the same
+        goal_text = item_id_to_str(env_goal)
+        observation = f"Crafting commands:\n{body.commands}\n\nGoal: craft {goal_text}."
+        session.extra["observation"] = observation
+    session.extra.update(data_idx=data_idx, goal=body.goal)
+    return observation
+
+
+def _textcraft(ag: _AgentGym, router: APIRouter) -> None:
+    from agentenvs.textcraft.crafting import item_id_to_str
 
     def start(session: Session, body: TextCraftCreate, default_idx: int) -> str:
-        data_idx = body.data_idx
-        if data_idx is None and body.goal is not None and body.commands is not None:
-            # the fork shows the client's commands for its goal: play an AgentGym task of it
-            wanted = goal_id(body.goal)
-            goals = [g for g, _ in agentgym_goals()]
-            if wanted not in goals:
-                raise ServeError(400, "unknown_task", f"no AgentGym TextCraft goal {body.goal!r}")
-            data_idx = goals.index(wanted)
-        if data_idx is None:
-            data_idx = default_idx  # upstream: the id is the task
-        observation, _ = ag.reset(session, _task("agentgym", data_idx))
-        if body.goal is not None and body.commands is not None:
-            env_goal = session.env.goal  # type: ignore[attr-defined]
-            if goal_id(body.goal) != env_goal:
-                raise ServeError(400, "unknown_task",
-                                 f"goal {body.goal!r} is not the goal of AgentGym task "
-                                 f"{data_idx} ({item_id_to_str(env_goal)!r})")
-            # AgentGym's reset with commands and goal shows them as given; the rules do not
-            # depend on the commands, so the game played is the same
-            goal_text = item_id_to_str(env_goal)
-            observation = f"Crafting commands:\n{body.commands}\n\nGoal: craft {goal_text}."
-            session.extra["observation"] = observation
-        session.extra.update(data_idx=data_idx, goal=body.goal)
-        return observation
+        return _textcraft_start(ag, session, body, default_idx)
 
     @router.get("/")
     async def hello() -> Response:

@@ -88,7 +88,7 @@ class _Decoding:
     position_ids: torch.Tensor
     rows: list[int]
     done: torch.Tensor
-    prefix: Any = None
+    prefix: Layers | None = None
 
 
 class TransformersPolicy(PrefillMixin, Policy):
@@ -356,17 +356,7 @@ class TransformersPolicy(PrefillMixin, Policy):
                     break  # the last sampled tokens are never fed back
                 sampled = self._drop_finished(state, sampled, prompts, keys, tokens)
                 logits = self._decode_step(state, sampled)
-            everyone = list(range(len(state.rows)))
-            self._store(
-                prompts,
-                keys,
-                tokens,
-                state.cache,
-                state.attention_mask,
-                state.rows,
-                everyone,
-                state.prefix,
-            )
+            self._store(state, prompts, keys, tokens, range(len(state.rows)))
         return [self._completion(t, lp) for t, lp in zip(tokens, logprobs, strict=True)]
 
     def _split_shared_prefix(
@@ -430,9 +420,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         if smaller is None:
             return next_tokens
         gone = state.done.nonzero()[:, 0].tolist()
-        self._store(
-            prompts, keys, tokens, state.cache, state.attention_mask, state.rows, gone, state.prefix
-        )
+        self._store(state, prompts, keys, tokens, gone)
         state.cache, state.rows = smaller, [state.rows[i] for i in keep.tolist()]
         state.done = state.done[keep]
         state.attention_mask, state.position_ids = (
@@ -471,26 +459,26 @@ class TransformersPolicy(PrefillMixin, Policy):
 
     def _store(
         self,
+        state: _Decoding,
         prompts: Sequence[Sequence[int]],
         keys: Sequence[str | None],
         tokens: Sequence[Sequence[int]],
-        cache: Any,
-        attention_mask: torch.Tensor,
-        rows: Sequence[int],
-        cache_rows: Sequence[int],
-        prefix: Layers | None = None,
+        cache_rows: Iterable[int],
     ) -> None:
-        """Keep the prompt and fed reply tokens of the keyed rows at ``cache_rows`` of ``cache``
-        (row ``i`` there holds prompt ``rows[i]``) in the prefix cache; ``prefix``: the shared
-        prefix's keys and values when ``cache`` holds only what follows it."""
+        """Keep the prompt and fed reply tokens of the keyed rows at ``cache_rows`` of the
+        decoding batch's cache (row ``i`` there holds prompt ``state.rows[i]``) in the prefix
+        cache; ``state.prefix``: the shared prefix's keys and values when the cache holds only
+        what follows it."""
         import torch
 
+        cache_rows = list(cache_rows)
+        rows, prefix = state.rows, state.prefix
         if self.prefix_cache is None or not any(keys[rows[i]] is not None for i in cache_rows):
             return
-        layers = cache_layers(cache)
+        layers = cache_layers(state.cache)
         if layers is None:
             return
-        mask = attention_mask.cpu()
+        mask = state.attention_mask.cpu()
         for i in cache_rows:
             key = keys[rows[i]]
             if key is None:

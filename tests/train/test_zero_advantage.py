@@ -116,7 +116,18 @@ def gradient_of(model, rows, part, s: UpdateSettings):
     opt = torch.optim.SGD(m.parameters(), lr=0.0)
     zero = zero_advantage_rows(rows, s)
     active = [i for i in part if not zero[i]]
-    metrics = _optimizer_step(m, opt, rows, part, active, s, None, 0, CPU, DistContext())
+    metrics = _optimizer_step(
+        m,
+        opt,
+        rows,
+        part=part,
+        active=active,
+        settings=s,
+        lift=None,
+        pad_id=0,
+        device=CPU,
+        ctx=DistContext(),
+    )
     grads = {k: p.grad.clone() for k, p in m.named_parameters() if p.grad is not None}
     return metrics, grads
 

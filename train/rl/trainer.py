@@ -476,11 +476,11 @@ class RLTrainer:
             self.out_dir,
             self.model,
             self.tokenizer,
-            self.optimizer,
-            self.scheduler,
-            self.state,
-            config_to_dict(self.config),
-            self.config.keep_checkpoints,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            state=self.state,
+            config=config_to_dict(self.config),
+            keep_last=self.config.keep_checkpoints,
             ctx=self.dist,
         )
 

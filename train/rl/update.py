@@ -277,7 +277,16 @@ def ppo_update(
                 skipped += 1
                 continue
             metrics = _optimizer_step(
-                model, optimizer, rows, part, active, settings, lift, pad_id, device, ctx
+                model,
+                optimizer,
+                rows,
+                part=part,
+                active=active,
+                settings=settings,
+                lift=lift,
+                pad_id=pad_id,
+                device=device,
+                ctx=ctx,
             )
             check_finite(metrics["actor/total_loss"], "the policy loss", iteration, last_checkpoint)
             check_finite(
@@ -303,7 +312,19 @@ def _advance(scheduler: Any) -> None:
         scheduler.step()
 
 
-def _optimizer_step(model, optimizer, rows, part, active, settings, lift, pad_id, device, ctx):
+def _optimizer_step(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rows: Sequence[StepRow],
+    *,
+    part: list[int],
+    active: list[int],
+    settings: UpdateSettings,
+    lift: torch.Tensor | None,
+    pad_id: int,
+    device: torch.device,
+    ctx: DistContext,
+) -> dict[str, float]:
     """Accumulate the gradient of one mini-batch (the passes of its ``active`` rows, the
     denominators of all of ``part``); returns its metrics (no optimizer step)."""
     optimizer.zero_grad(set_to_none=True)
