@@ -5,7 +5,8 @@ variant, the prompt, how a reply is parsed and what happens when it cannot be, t
 the history window and the sampling. A :class:`Protocol` holds one paper's setup for each
 environment it reports on (:class:`EnvProtocol`); every setting cites where it was read
 (:attr:`EnvProtocol.sources`, rendered as the table of ``docs/protocols.md`` by
-:func:`protocols_markdown`).
+:func:`agentenvs.agents.protocol_docs.protocols_markdown`). The setups are one table, a row per
+protocol and environment with its provenance in the last column.
 
 * ``prefix-grpo``: Prefix-GRPO's setup, AgentGym's environments as HappynessI/Prefix_GRPO runs
   them (TextCraft, BabyAI, ALFWorld with ``game_version="agentgym"``): the paper's prompts
@@ -47,7 +48,6 @@ __all__ = [
     "resolve_protocol",
     "env_protocol",
     "get_protocol",
-    "protocols_markdown",
 ]
 
 PROTOCOL_SCHEMA_VERSION = 1
@@ -163,7 +163,34 @@ class Protocol:
 
 
 # --------------------------------------------------------------------------------------------
-# prefix-grpo (HappynessI/Prefix_GRPO, AgentGym servers)
+# Provenance: where each setting was read (the last column of the table below)
+
+
+def _pg_sources(
+    name: str,
+    *,
+    turns: tuple[str, str],
+    sampling: tuple[str, str],
+    parser: str,
+    **settings: str,
+) -> dict[str, str]:
+    """A Prefix-GRPO setup's sources in HappynessI/Prefix_GRPO: its ``name`` interaction,
+    where the eval and the training turn limits and sampling were read (``turns``,
+    ``sampling``: (eval, train), a script and its variables), what the interaction's action
+    parser does, and the environment's own ``settings`` (``env_kwargs``, ``prompt``,
+    ``admissible``)."""
+    return {
+        **settings,
+        "parser": f"{_PG} verl/verl/interactions/{parser}",
+        "unparseable": _PG_FEEDBACK + f"; {name}_interaction.py get_invalid_action_prompt",
+        "max_turns.eval": f"{_PG} {turns[0]}",
+        "max_turns.train": f"{_PG} {turns[1]}",
+        "history": _PG_HISTORY,
+        "sampling.eval": f"{_PG} {sampling[0]}",
+        "sampling.train": f"{_PG} {sampling[1]}",
+        "invalid_penalty": f"{_PG}: no invalid-action penalty",
+    }
+
 
 _PG_FEEDBACK = (
     f"{_PG} verl/verl/interactions/agentgym_base_interaction.py generate_response: no action "
@@ -176,119 +203,75 @@ _PG_HISTORY = (
     "(messages.append for every reply and observation)"
 )
 
-_PREFIX_GRPO = Protocol(
-    "prefix-grpo",
-    "Prefix-GRPO (AgentGym environments, HappynessI/Prefix_GRPO)",
-    {
-        "TextCraft-v0": EnvProtocol(
-            "TextCraft-v0",
-            env_kwargs={},
-            prompt="textcraft-paper",
-            admissible="none",
-            parser="think_brackets",
-            unparseable="feedback",
-            invalid_feedback=TEXTCRAFT_INVALID_ACTION,
-            max_turns={"eval": 30, "train": 30},
-            history=None,
-            sampling={"eval": Sampling(1.0, 1.0, 512), "train": Sampling(1.0, 1.0, 512)},
-            sources={
-                "env_kwargs": "TextCraft-v0 has no outcome-changing keyword (AgentGym's rules)",
-                "prompt": f"{_PAPER} §7.4 TextCraft (system prompt, then the observation)",
-                "admissible": "TextCraft has no admissible-action list (the observation shows "
-                "the crafting commands)",
-                "parser": f"{_PG} verl/verl/interactions/textcraft_action_parser.py "
-                "extract_textcraft_action_loose: the last [[ ]], else the Action: line",
-                "unparseable": _PG_FEEDBACK
-                + "; textcraft_interaction.py get_invalid_action_prompt",
-                "max_turns.eval": f"{_PG} legacy_eval/eval/run_textcraft_eval_vllm_server.sh "
-                "MAX_ROUNDS=30 ('Official eval uses 30 interaction rounds')",
-                "max_turns.train": f"{_PG} scripts/train/run_textcraft_grpo_train.sh "
-                "MAX_ASSISTANT_TURNS=30",
-                "history": _PG_HISTORY,
-                "sampling.eval": f"{_PG} legacy_eval/eval/run_textcraft_eval_vllm_server.sh "
-                "TEMPERATURE=1.0 TOP_P=1.0 MAX_NEW_TOKENS=512",
-                "sampling.train": f"{_PG} scripts/train/run_textcraft_grpo_train.sh "
-                "TEMPERATURE=1.0 TOP_P=1.0 ROLLOUT_MAX_TOKENS=512",
-                "invalid_penalty": f"{_PG} config/*_train.yaml, scripts/train/*.sh: no "
-                "invalid-action penalty (the reward is the environment's)",
-            },
+_PG_TEXTCRAFT = {
+    **_pg_sources(
+        "textcraft",
+        turns=(
+            "legacy_eval/eval/run_textcraft_eval_vllm_server.sh MAX_ROUNDS=30 ('Official eval "
+            "uses 30 interaction rounds')",
+            "scripts/train/run_textcraft_grpo_train.sh MAX_ASSISTANT_TURNS=30",
         ),
-        "BabyAI-Text-v0": EnvProtocol(
-            "BabyAI-Text-v0",
-            env_kwargs={"rules": "agentgym"},
-            prompt="babyai-paper",
-            admissible="observation",
-            parser="agentgym-babyai",
-            unparseable="feedback",
-            invalid_feedback=BABYAI_INVALID_ACTION,
-            max_turns={"eval": 30, "train": 20},
-            history=None,
-            sampling={"eval": Sampling(1.0, 1.0, 2048), "train": Sampling(1.0, 1.0, 512)},
-            sources={
-                "env_kwargs": "AgentGym's BabyAI wrapper rules (docs/environments/"
-                "BabyAI-Text-v0.md: rules='agentgym' reproduces it)",
-                "prompt": f"{_PAPER} §7.4 BabyAI (system prompt, then the observation)",
-                "admissible": "AgentGym's BabyAI observation ends with 'Available actions: "
-                "[...]' (docs/environments/BabyAI-Text-v0.md)",
-                "parser": f"{_PG} verl/verl/interactions/babyai_interaction.py extract_action: "
-                "the last [[ ]], lower-cased",
-                "unparseable": _PG_FEEDBACK + "; babyai_interaction.py get_invalid_action_prompt",
-                "max_turns.eval": f"{_PG} legacy_eval/eval/run_babyai_eval_vllm_server.sh "
-                "MAX_ROUNDS=30",
-                "max_turns.train": f"{_PG} scripts/train/run_babyai_grpo_train.sh "
-                "MAX_ASSISTANT_TURNS=20",
-                "history": _PG_HISTORY,
-                "sampling.eval": f"{_PG} legacy_eval/eval/run_babyai_eval_vllm_server.sh "
-                "TEMPERATURE=1.0 TOP_P=1.0 MAX_NEW_TOKENS=2048",
-                "sampling.train": f"{_PG} scripts/train/run_babyai_grpo_train.sh "
-                "TEMPERATURE=1.0 TOP_P=1.0 ROLLOUT_MAX_TOKENS=512",
-                "invalid_penalty": f"{_PG}: no invalid-action penalty",
-            },
+        sampling=(
+            "legacy_eval/eval/run_textcraft_eval_vllm_server.sh TEMPERATURE=1.0 TOP_P=1.0 "
+            "MAX_NEW_TOKENS=512",
+            "scripts/train/run_textcraft_grpo_train.sh TEMPERATURE=1.0 TOP_P=1.0 "
+            "ROLLOUT_MAX_TOKENS=512",
         ),
-        "ALFWorld-v0": EnvProtocol(
-            "ALFWorld-v0",
-            env_kwargs={"game_version": "agentgym"},
-            prompt="alfworld-agentgym",
-            admissible="appended",
-            parser="agentgym-alfworld",
-            unparseable="feedback",
-            invalid_feedback=ALFWORLD_INVALID_ACTION,
-            max_turns={"eval": 50, "train": 20},
-            history=None,
-            sampling={"eval": Sampling(1.0, 1.0, 512), "train": Sampling(1.0, 0.95, 384)},
-            sources={
-                "env_kwargs": f"{_PG} envs/AgentGym/agentenv-alfworld (alfworld==0.3.3 games, "
-                "process_ob): game_version='agentgym'",
-                "prompt": f"{_PAPER} §7.4 ALFWorld (system prompt, fixed user message, then "
-                "the observations)",
-                "admissible": f"{_PG} verl/verl/interactions/alfworld_interaction.py "
-                "_format_observation appends '\\nAVAILABLE ACTIONS: ' + ','.join(admissible) to "
-                "every observation (the server returns them as available_actions)",
-                "parser": f"{_PG} verl/verl/interactions/alfworld_interaction.py extract_action: "
-                "<think> dropped, the first [[ ]], else Action:, else the last short line; "
-                "lower-cased",
-                "unparseable": _PG_FEEDBACK + "; alfworld_interaction.py get_invalid_action_prompt",
-                "max_turns.eval": f"{_PG} legacy_eval/eval/eval_alfworld_vllm_server.py "
-                "--max_rounds default 50 (ALFWorldInteraction.max_rounds = 50)",
-                "max_turns.train": f"{_PG} scripts/train/run_alfworld_grpo_train.sh "
-                "MAX_ASSISTANT_TURNS=20",
-                "history": _PG_HISTORY,
-                "sampling.eval": f"{_PG} legacy_eval/eval/eval_alfworld_vllm_server.py defaults "
-                "--temperature 1.0 --top_p 1.0 --max_new_tokens 512",
-                "sampling.train": f"{_PG} scripts/train/run_alfworld_grpo_train.sh "
-                "TEMPERATURE=1.0 TOP_P=0.95 ROLLOUT_MAX_TOKENS=384",
-                "invalid_penalty": f"{_PG}: no invalid-action penalty",
-            },
-        ),
-    },
+        parser="textcraft_action_parser.py extract_textcraft_action_loose: the last [[ ]], else "
+        "the Action: line",
+        env_kwargs="TextCraft-v0 has no outcome-changing keyword (AgentGym's rules)",
+        prompt=f"{_PAPER} §7.4 TextCraft (system prompt, then the observation)",
+        admissible="TextCraft has no admissible-action list (the observation shows the crafting "
+        "commands)",
+    ),
+    "invalid_penalty": f"{_PG} config/*_train.yaml, scripts/train/*.sh: no invalid-action "
+    "penalty (the reward is the environment's)",
+}
+_PG_BABYAI = _pg_sources(
+    "babyai",
+    turns=(
+        "legacy_eval/eval/run_babyai_eval_vllm_server.sh MAX_ROUNDS=30",
+        "scripts/train/run_babyai_grpo_train.sh MAX_ASSISTANT_TURNS=20",
+    ),
+    sampling=(
+        "legacy_eval/eval/run_babyai_eval_vllm_server.sh TEMPERATURE=1.0 TOP_P=1.0 "
+        "MAX_NEW_TOKENS=2048",
+        "scripts/train/run_babyai_grpo_train.sh TEMPERATURE=1.0 TOP_P=1.0 ROLLOUT_MAX_TOKENS=512",
+    ),
+    parser="babyai_interaction.py extract_action: the last [[ ]], lower-cased",
+    env_kwargs="AgentGym's BabyAI wrapper rules (docs/environments/BabyAI-Text-v0.md: "
+    "rules='agentgym' reproduces it)",
+    prompt=f"{_PAPER} §7.4 BabyAI (system prompt, then the observation)",
+    admissible="AgentGym's BabyAI observation ends with 'Available actions: [...]' "
+    "(docs/environments/BabyAI-Text-v0.md)",
+)
+_PG_ALFWORLD = _pg_sources(
+    "alfworld",
+    turns=(
+        "legacy_eval/eval/eval_alfworld_vllm_server.py --max_rounds default 50 "
+        "(ALFWorldInteraction.max_rounds = 50)",
+        "scripts/train/run_alfworld_grpo_train.sh MAX_ASSISTANT_TURNS=20",
+    ),
+    sampling=(
+        "legacy_eval/eval/eval_alfworld_vllm_server.py defaults --temperature 1.0 --top_p 1.0 "
+        "--max_new_tokens 512",
+        "scripts/train/run_alfworld_grpo_train.sh TEMPERATURE=1.0 TOP_P=0.95 "
+        "ROLLOUT_MAX_TOKENS=384",
+    ),
+    parser="alfworld_interaction.py extract_action: <think> dropped, the first [[ ]], else "
+    "Action:, else the last short line; lower-cased",
+    env_kwargs=f"{_PG} envs/AgentGym/agentenv-alfworld (alfworld==0.3.3 games, process_ob): "
+    "game_version='agentgym'",
+    prompt=f"{_PAPER} §7.4 ALFWorld (system prompt, fixed user message, then the observations)",
+    admissible=f"{_PG} verl/verl/interactions/alfworld_interaction.py _format_observation "
+    "appends '\\nAVAILABLE ACTIONS: ' + ','.join(admissible) to every observation (the server "
+    "returns them as available_actions)",
 )
 
 
-# --------------------------------------------------------------------------------------------
-# ptgpo (verl-agent, as GiGPO and PTGPO run it)
-
-
-def _va_sources(env: str, script: str, steps: int, extra: Mapping[str, str]) -> dict[str, str]:
+def _va_sources(env: str, script: str, steps: int, **settings: str) -> dict[str, str]:
+    """A verl-agent setup's sources: ``env``'s projection and environment manager, the GiGPO
+    run ``script`` with ``env.max_steps=steps``, and the environment's own ``settings``."""
     run = f"{_VA} examples/gigpo_trainer/{script}"
     return {
         "parser": f"{_VA} agent_system/environments/env_package/{env}/projection.py "
@@ -308,97 +291,102 @@ def _va_sources(env: str, script: str, steps: int, extra: Mapping[str, str]) -> 
         "invalid_penalty": f"{run} actor.invalid_action_penalty_coef=0.1; "
         "verl/trainer/ppo/ray_trainer.py apply_invalid_action_penalty subtracts it from the "
         "step's reward when is_action_valid is 0",
-        **extra,
+        **settings,
     }
 
 
-_VA_SAMPLING = {"eval": Sampling(0.4, 1.0, 512), "train": Sampling(1.0, 1.0, 512)}
-
-_PTGPO = Protocol(
-    "ptgpo",
-    "PTGPO / GiGPO (verl-agent environments and prompts)",
-    {
-        "ALFWorld-v0": EnvProtocol(
-            "ALFWorld-v0",
-            env_kwargs={"game_version": "alfworld-0.4", "reward_scale": 10.0},
-            prompt="alfworld-verl-agent",
-            admissible="template",
-            parser="verl-agent-alfworld",
-            unparseable="project",
-            max_turns={"eval": 50, "train": 50},
-            history=2,
-            sampling=_VA_SAMPLING,
-            invalid_penalty=0.1,
-            sources=_va_sources(
-                "alfworld",
-                "run_alfworld.sh",
-                50,
-                {
-                    "env_kwargs": f"{_VA} agent_system/environments/env_package/alfworld: "
-                    "alfworld 0.4's games; envs.py compute_reward: 10.0 * won",
-                    "prompt": f"{_VA} agent_system/environments/prompts/alfworld.py "
-                    "ALFWORLD_TEMPLATE(_NO_HIS), one user message a step",
-                    "admissible": f"{_VA} env_manager.py AlfWorldEnvironmentManager."
-                    "build_text_obs: the admissible commands quoted, one a line, 'help' left out",
-                },
-            ),
-        ),
-        "WebShop-v0": EnvProtocol(
-            "WebShop-v0",
-            env_kwargs={"option_matching": "webshop"},
-            prompt="webshop-verl-agent",
-            admissible="template",
-            parser="verl-agent-webshop",
-            unparseable="project",
-            max_turns={"eval": 15, "train": 15},
-            history=2,
-            sampling=_VA_SAMPLING,
-            invalid_penalty=0.1,
-            sources=_va_sources(
-                "webshop",
-                "run_webshop.sh",
-                15,
-                {
-                    "env_kwargs": "WebShop's own get_reward (option_matching='webshop', the "
-                    "original's option check)",
-                    "prompt": f"{_VA} agent_system/environments/prompts/webshop.py "
-                    "WEBSHOP_TEMPLATE(_NO_HIS), one user message a step",
-                    "admissible": f"{_VA} env_manager.py WebshopEnvironmentManager."
-                    "format_avail_actions: 'search[<your query>]' and the clickables",
-                },
-            ),
-        ),
-        "Sokoban-v0": EnvProtocol(
-            "Sokoban-v0",
-            env_kwargs={"grid_style": "verl-agent"},
-            prompt="sokoban-verl-agent",
-            admissible="template",
-            parser="verl-agent-sokoban",
-            unparseable="project",
-            max_turns={"eval": 15, "train": 15},
-            history=2,
-            sampling=_VA_SAMPLING,
-            invalid_penalty=0.1,
-            sources=_va_sources(
-                "sokoban",
-                "run_sokoban.sh",
-                15,
-                {
-                    "env_kwargs": f"{_VA} agent_system/environments/env_package/sokoban/"
-                    "sokoban/env.py render('tiny_rgb_array'): the text grid verl-agent's text "
-                    "mode shows (GiGPO's run_sokoban.sh trains the visual mode)",
-                    "prompt": f"{_VA} agent_system/environments/prompts/sokoban.py "
-                    "SOKOBAN_TEMPLATE(_NO_HIS), one user message a step",
-                    "admissible": f"{_VA} prompts/sokoban.py: 'Your admissible actions are "
-                    '["up", "down", "left", "right"]\'; a reply without one is action 0 '
-                    "('still': reward -0.1, nothing moves; sokoban/env.py step)",
-                },
-            ),
-        ),
-    },
+_VA_ALFWORLD = _va_sources(
+    "alfworld",
+    "run_alfworld.sh",
+    50,
+    env_kwargs=f"{_VA} agent_system/environments/env_package/alfworld: alfworld 0.4's games; "
+    "envs.py compute_reward: 10.0 * won",
+    prompt=f"{_VA} agent_system/environments/prompts/alfworld.py ALFWORLD_TEMPLATE(_NO_HIS), "
+    "one user message a step",
+    admissible=f"{_VA} env_manager.py AlfWorldEnvironmentManager.build_text_obs: the "
+    "admissible commands quoted, one a line, 'help' left out",
+)
+_VA_WEBSHOP = _va_sources(
+    "webshop",
+    "run_webshop.sh",
+    15,
+    env_kwargs="WebShop's own get_reward (option_matching='webshop', the original's option check)",
+    prompt=f"{_VA} agent_system/environments/prompts/webshop.py WEBSHOP_TEMPLATE(_NO_HIS), one "
+    "user message a step",
+    admissible=f"{_VA} env_manager.py WebshopEnvironmentManager.format_avail_actions: "
+    "'search[<your query>]' and the clickables",
+)
+_VA_SOKOBAN = _va_sources(
+    "sokoban",
+    "run_sokoban.sh",
+    15,
+    env_kwargs=f"{_VA} agent_system/environments/env_package/sokoban/sokoban/env.py "
+    "render('tiny_rgb_array'): the text grid verl-agent's text mode shows (GiGPO's "
+    "run_sokoban.sh trains the visual mode)",
+    prompt=f"{_VA} agent_system/environments/prompts/sokoban.py SOKOBAN_TEMPLATE(_NO_HIS), one "
+    "user message a step",
+    admissible=f'{_VA} prompts/sokoban.py: \'Your admissible actions are ["up", "down", '
+    '"left", "right"]\'; a reply without one is action 0 (\'still\': reward -0.1, nothing '
+    "moves; sokoban/env.py step)",
 )
 
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (_PREFIX_GRPO, _PTGPO)}
+
+# --------------------------------------------------------------------------------------------
+# The table: one row per protocol and environment
+
+_T1 = Sampling(1.0, 1.0, 512)  # temperature 1, top-p 1, 512 tokens
+_VA_EVAL = Sampling(0.4, 1.0, 512)  # verl-agent's validation sampling
+_TITLES = {
+    "prefix-grpo": "Prefix-GRPO (AgentGym environments, HappynessI/Prefix_GRPO)",
+    "ptgpo": "PTGPO / GiGPO (verl-agent environments and prompts)",
+}
+# fmt: off
+# protocol, env id, env keywords, prompt, admissible, parser, unparseable (its feedback text, or
+# None: project), turns (eval, train), history, sampling (eval, train), invalid penalty, sources
+_TABLE: tuple[tuple[Any, ...], ...] = (
+    ("prefix-grpo", "TextCraft-v0", {}, "textcraft-paper", "none", "think_brackets",
+     TEXTCRAFT_INVALID_ACTION, (30, 30), None, (_T1, _T1), 0.0, _PG_TEXTCRAFT),
+    ("prefix-grpo", "BabyAI-Text-v0", {"rules": "agentgym"}, "babyai-paper", "observation",
+     "agentgym-babyai", BABYAI_INVALID_ACTION, (30, 20), None,
+     (Sampling(1.0, 1.0, 2048), _T1), 0.0, _PG_BABYAI),
+    ("prefix-grpo", "ALFWorld-v0", {"game_version": "agentgym"}, "alfworld-agentgym", "appended",
+     "agentgym-alfworld", ALFWORLD_INVALID_ACTION, (50, 20), None,
+     (_T1, Sampling(1.0, 0.95, 384)), 0.0, _PG_ALFWORLD),
+    ("ptgpo", "ALFWorld-v0", {"game_version": "alfworld-0.4", "reward_scale": 10.0},
+     "alfworld-verl-agent", "template", "verl-agent-alfworld", None, (50, 50), 2, (_VA_EVAL, _T1),
+     0.1, _VA_ALFWORLD),
+    ("ptgpo", "WebShop-v0", {"option_matching": "webshop"}, "webshop-verl-agent", "template",
+     "verl-agent-webshop", None, (15, 15), 2, (_VA_EVAL, _T1), 0.1, _VA_WEBSHOP),
+    ("ptgpo", "Sokoban-v0", {"grid_style": "verl-agent"}, "sokoban-verl-agent", "template",
+     "verl-agent-sokoban", None, (15, 15), 2, (_VA_EVAL, _T1), 0.1, _VA_SOKOBAN),
+)
+# fmt: on
+
+
+def _setup(row: tuple[Any, ...]) -> EnvProtocol:
+    """One row of :data:`_TABLE` as an :class:`EnvProtocol`."""
+    (_, env_id, kwargs, prompt, admissible, parser, feedback, turns, history, sampling, penalty,
+     sources) = row  # fmt: skip
+    return EnvProtocol(
+        env_id,
+        env_kwargs=kwargs,
+        prompt=prompt,
+        admissible=admissible,
+        parser=parser,
+        unparseable="project" if feedback is None else "feedback",
+        invalid_feedback=feedback or "",
+        max_turns=dict(zip(("eval", "train"), turns, strict=True)),
+        history=history,
+        sampling=dict(zip(("eval", "train"), sampling, strict=True)),
+        invalid_penalty=penalty,
+        sources=sources,
+    )
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    name: Protocol(name, title, {row[1]: _setup(row) for row in _TABLE if row[0] == name})
+    for name, title in _TITLES.items()
+}
 """Every protocol by name."""
 
 DEFAULT_PROTOCOLS: dict[str, str] = {
@@ -451,44 +439,3 @@ def resolve_protocol(env_id: str, protocol: str | None) -> str | None:
 def env_protocol(name: str | None, env_id: str) -> EnvProtocol:
     """The setup of protocol ``name`` (None: the default one) for ``env_id``."""
     return get_protocol(name if name is not None else default_protocol(env_id)).for_env(env_id)
-
-
-# --------------------------------------------------------------------------------------------
-# The documentation table
-
-_ROWS = (
-    ("env_kwargs", "env keywords", lambda s: _kw(s.env_kwargs)),
-    ("prompt", "prompt", lambda s: f"`{s.prompt}`"),
-    ("admissible", "admissible actions", lambda s: s.admissible),
-    ("parser", "parser", lambda s: f"`{s.parser}`"),
-    ("unparseable", "unparseable reply", lambda s: s.unparseable),
-    ("max_turns.eval", "turns (eval)", lambda s: str(s.turns("eval"))),
-    ("max_turns.train", "turns (train)", lambda s: str(s.turns("train"))),
-    ("history", "history", lambda s: "all" if s.history is None else str(s.history)),
-    ("sampling.eval", "sampling (eval)", lambda s: _samp(s.sampling_for("eval"))),
-    ("sampling.train", "sampling (train)", lambda s: _samp(s.sampling_for("train"))),
-    ("invalid_penalty", "invalid penalty", lambda s: f"{s.invalid_penalty:g}"),
-)
-
-
-def _kw(kwargs: Mapping[str, Any]) -> str:
-    return ", ".join(f"`{k}={v!r}`" for k, v in kwargs.items()) or "none"
-
-
-def _samp(s: Sampling) -> str:
-    return f"T={s.temperature:g}, top_p={s.top_p:g}, {s.max_new_tokens} tokens"
-
-
-def protocols_markdown() -> str:
-    """The settings table of every protocol and environment, each setting with its source
-    (the table ``docs/protocols.md`` shows; a test keeps the two equal)."""
-    lines = []
-    for protocol in PROTOCOLS.values():
-        lines += [f"### `{protocol.name}`: {protocol.title}", ""]
-        for env_id, setup in protocol.envs.items():
-            lines += [f"#### {env_id}", "", "| setting | value | source |", "|---|---|---|"]
-            for key, label, value in _ROWS:
-                source = setup.sources.get(key, "").replace("|", "\\|")
-                lines.append(f"| {label} | {value(setup)} | {source} |")
-            lines.append("")
-    return "\n".join(lines).rstrip() + "\n"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentenvs.agents.protocols import default_protocol, env_protocol
+
 __all__ = ["PROTOCOL_FIELDS", "EvalSettings"]
 
 # the settings a protocol fixes and a flag may override
@@ -51,8 +53,6 @@ class EvalSettings:
     protocol_settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from agentenvs.agents.protocols import default_protocol, env_protocol
-
         self.n = self.n if self.n is not None else self.k
         if self.k < 1 or self.n < self.k:
             raise ValueError(f"need 1 <= k <= n, got k={self.k}, n={self.n}")

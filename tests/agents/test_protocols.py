@@ -23,6 +23,7 @@ from agentenvs.agents.parsing import (
 )
 from agentenvs.agents.policy import Completion, Policy
 from agentenvs.agents.prompts import NAMED_PROMPTS, env_prompt
+from agentenvs.agents.protocol_docs import protocols_markdown
 from agentenvs.agents.protocols import (
     DEFAULT_PROTOCOLS,
     PROTOCOLS,
@@ -30,7 +31,6 @@ from agentenvs.agents.protocols import (
     default_protocol,
     env_protocol,
     get_protocol,
-    protocols_markdown,
 )
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
 
