@@ -77,13 +77,13 @@ def make_policy(spec: str, **options: Any) -> Policy:
     if kind == "hf":
         from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 
-        return TransformersPolicy(target, spec=spec, **options)
+        return TransformersPolicy.with_options(target, spec=spec, **options)
     if kind == "embedded":
         from agentenvs.agents.backends.transformers_backend import TransformersPolicy
         from agentenvs.agents.models import embedded_model_dir, embedded_options
 
         options = {**embedded_options(), **options}
-        return TransformersPolicy(str(embedded_model_dir()), spec=spec, **options)
+        return TransformersPolicy.with_options(str(embedded_model_dir()), spec=spec, **options)
     if kind == "vllm":
         from agentenvs.agents.backends.vllm_backend import VLLMPolicy
         from agentenvs.agents.models import resolve_model

@@ -144,13 +144,12 @@ def measure(
     )
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(model_dir) if model_dir else build_tiny_model(Path(tmp) / "tiny")
-        policy = TransformersPolicy(
+        policy = TransformersPolicy.with_options(
             str(directory),
             device="cpu",
             max_batch_size=episodes,
             num_threads=threads,
-            prefix_cache=prefix_cache,
-            **(options or {}),
+            **{"prefix_cache": prefix_cache, **(options or {})},
         )
         env = make(ENV_ID)
         plan = plan_episodes(env.task_ids("test")[:episodes], 1)
@@ -276,7 +275,7 @@ def measure_engine(
     env.close()
     best: dict[str, tuple[float, int]] = {}
     policies = {
-        name: TransformersPolicy(
+        name: TransformersPolicy.with_options(
             str(model_dir), device="cpu", max_batch_size=episodes, num_threads=threads, **opts
         )
         for name, opts in (("plain", PLAIN_OPTIONS), ("engine", options or {"cpu_engine": "auto"}))

@@ -42,10 +42,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.agents.backends.cpu.engine import CpuEngine, EngineSettings
+from agentenvs.agents.backends.cpu.engine import (
+    MEASURED,
+    SETTINGS_FIELDS,
+    CpuEngine,
+    EngineSettings,
+)
 from agentenvs.agents.backends.cpu.engine import start as start_engine
 from agentenvs.agents.backends.hf_loading import (
     end_of_reply_ids,
@@ -99,19 +104,17 @@ class TransformersPolicy(PrefillMixin, Policy):
     kernels; or ``float32`` / ``bfloat16`` / ``float16``; :func:`resolve_dtype`),
     ``max_batch_size`` (rows per forward pass, default 32), ``chat_template_kwargs`` (e.g.
     ``{"enable_thinking": False}`` for Qwen3), ``gguf_file`` (load a GGUF file in the directory),
-    ``share_prefix`` (compute a batch's common prompt prefix once, default True),
-    ``prefix_cache`` (keep each episode's KV cache across turns when ``generate`` gets
-    ``keys``; default True), ``prefix_cache_mb`` (its memory budget; ``auto``: a quarter of the
-    free accelerator memory, or of the available RAM on CPU),
-    ``prefill`` (``rows``: prompts one by one then batched decoding, fastest on CPU; ``batch``:
-    one padded batch, for GPUs; ``auto``: rows on CPU, batch elsewhere),
     ``num_threads`` (torch CPU threads; 1 is often fastest on a busy machine),
     ``cpu_engine`` (``off``, the default: the plain generator above; ``auto``: the CPU engine of
     :mod:`agentenvs.agents.backends.cpu.engine` where it applies (a Llama or Qwen3 model on
     CPU), the embedded agent's default: with ``dtype="auto"`` the model is then bfloat16 where
-    the CPU computes it natively; :meth:`run_metadata`'s ``engine`` line says what ran and why;
-    an :class:`~agentenvs.agents.backends.cpu.engine.EngineSettings` for tests and
-    measurements that compare its parts).
+    the CPU computes it natively; :meth:`run_metadata`'s ``engine`` line says what ran and why),
+    ``engine`` (an :class:`~agentenvs.agents.backends.cpu.engine.EngineSettings`: the
+    generator's tuning, ``share_prefix``, ``prefix_cache``, ``prefix_cache_mb`` and
+    ``prefill``, and the CPU engine's parts; default: the measured ones).
+
+    :meth:`with_options` takes the same options flat, as ``--agent-opt`` gives them
+    (``prefix_cache=false``): the settings' fields among them go into ``engine``.
     """
 
     def __init__(
@@ -124,12 +127,9 @@ class TransformersPolicy(PrefillMixin, Policy):
         max_batch_size: int | str = 32,
         chat_template_kwargs: dict[str, Any] | None = None,
         gguf_file: str | None = None,
-        share_prefix: bool | str = True,
-        prefix_cache: bool | str = True,
-        prefix_cache_mb: int | str = "auto",
-        prefill: str = "auto",
         num_threads: int | str | None = None,
-        cpu_engine: str | EngineSettings = "off",
+        cpu_engine: str = "off",
+        engine: EngineSettings = MEASURED,
         model_obj: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -140,10 +140,10 @@ class TransformersPolicy(PrefillMixin, Policy):
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.share_prefix = _flag(share_prefix)
+        self.share_prefix = engine.share_prefix
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
-        if cpu_engine not in ("auto", "off") and not isinstance(cpu_engine, EngineSettings):
+        if cpu_engine not in ("auto", "off"):
             raise ValueError(f"cpu_engine must be auto or off, got {cpu_engine!r}")
         if model_obj is None:
             if cpu_engine != "off" and dtype == "auto" and _on_cpu(device):
@@ -157,11 +157,11 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.tokenizer = tokenizer
         self.device = next(self.model.parameters()).device
         self.engine: CpuEngine | None
-        self.engine, self.engine_line = start_engine(self.model, model or None, cpu_engine)
-        if prefill not in ("auto", "rows", "batch"):
-            raise ValueError(f"prefill must be auto, rows or batch, got {prefill!r}")
-        self.rowwise_prefill = prefill == "rows" or (
-            prefill == "auto" and self.device.type == "cpu"
+        self.engine, self.engine_line = start_engine(
+            self.model, model or None, cpu_engine, engine
+        )
+        self.rowwise_prefill = engine.prefill == "rows" or (
+            engine.prefill == "auto" and self.device.type == "cpu"
         )
         self.pad_id = pad_id(tokenizer)
         self.eos_ids = end_of_reply_ids(
@@ -176,17 +176,30 @@ class TransformersPolicy(PrefillMixin, Policy):
         self._layout: list[tuple[Any, ...]] | None = None  # per-layer KV shapes (probed once)
         self._system_ids: dict[str, list[int]] = {}  # rendered system messages' tokens
         self.prefix_cache: PrefixCache | None = None
-        if _flag(prefix_cache):
-            if prefix_cache_mb == "auto":
+        if engine.prefix_cache:
+            if engine.prefix_cache_mb == "auto":
                 budget = default_budget_bytes(self.device)
             else:
-                budget = int(float(prefix_cache_mb) * (1 << 20))
+                budget = int(float(engine.prefix_cache_mb) * (1 << 20))
             self.prefix_cache = PrefixCache(budget)
 
     @classmethod
+    def with_options(cls, model: str = "", **options: Any) -> TransformersPolicy:
+        """A policy from flat backend options (``--agent-opt KEY=VALUE``): those named like
+        :class:`~agentenvs.agents.backends.cpu.engine.EngineSettings`' fields
+        (``prefix_cache=false``, ``prefill=rows``, ...) make its ``engine``, the rest are the
+        constructor's."""
+        tuning = {k: options.pop(k) for k in list(options) if k in SETTINGS_FIELDS}
+        if tuning:
+            base = options.pop("engine", MEASURED)
+            options["engine"] = EngineSettings.of(**{**asdict(base), **tuning})
+        return cls(model, **options)
+
+    @classmethod
     def from_model(cls, model_obj: Any, tokenizer: Any, **options: Any) -> TransformersPolicy:
-        """Wrap an already loaded model and tokenizer (e.g. a trainer's current policy)."""
-        return cls(
+        """Wrap an already loaded model and tokenizer (e.g. a trainer's current policy);
+        ``options`` as :meth:`with_options` takes them."""
+        return cls.with_options(
             model_obj=model_obj,
             tokenizer=tokenizer,
             spec=options.pop("spec", "hf:<in-memory>"),
@@ -537,6 +550,3 @@ def _on_cpu(device: str) -> bool:
 
     return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
 
-
-def _flag(value: bool | str) -> bool:
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")

@@ -116,8 +116,8 @@ def test_prefill_products_give_a_row_the_same_bits_at_any_row_count(shape) -> No
 
 
 def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_dir) -> None:
-    plain = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=BMM)
-    int4 = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=INT4)
+    plain = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine="auto", engine=BMM)
+    int4 = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine="auto", engine=INT4)
     assert int4.engine.weights.report.max_relative_error < 1e-6
     assert "4-bit weights" in int4.run_metadata()["engine"]
     assert plain.engine.weights is None
@@ -134,13 +134,13 @@ def test_int4_decoding_is_exact_on_a_q4_grid_and_leaves_prefill_alone(q4_model_d
 
 
 def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
-    policy = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=INT4)
+    policy = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine="auto", engine=INT4)
     before = policy.generate(CONVERSATIONS, GREEDY)
     with torch.no_grad():  # as an optimizer step would: in place, the version counters move
         for module in policy.engine.weights.layers:
             module.weight.mul_(-1.0)
     after = policy.generate(CONVERSATIONS, GREEDY)
-    fresh = TransformersPolicy.from_model(policy.model, policy.tokenizer, cpu_engine=INT4)
+    fresh = TransformersPolicy.from_model(policy.model, policy.tokenizer, cpu_engine="auto", engine=INT4)
     assert [o.logprobs for o in after] == [
         o.logprobs for o in fresh.generate(CONVERSATIONS, GREEDY)
     ]
@@ -163,7 +163,7 @@ def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
 def test_policies_sharing_a_model_keep_their_own_decoding(q4_model_dir) -> None:
     """The 4-bit copies live in the policy's engine, not on the model: a plain policy on the
     same model in between does not change the engine's results."""
-    fast = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine=INT4)
+    fast = TransformersPolicy(str(q4_model_dir), **BF16, cpu_engine="auto", engine=INT4)
     before = fast.generate(CONVERSATIONS, GREEDY)
     plain = TransformersPolicy.from_model(fast.model, fast.tokenizer)
     plain.generate(CONVERSATIONS, GREEDY)
@@ -173,7 +173,7 @@ def test_policies_sharing_a_model_keep_their_own_decoding(q4_model_dir) -> None:
 
 
 def test_int4_applies_to_float32_models_only_with_integer_dot_products(tiny_model_dir) -> None:
-    fp32 = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="float32", cpu_engine=INT4)
+    fp32 = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="float32", cpu_engine="auto", engine=INT4)
     line = fp32.run_metadata()["engine"]
     if int_dot_path() == "none":  # the kernel's plain float32 sums: slower than linear
         assert fp32.engine.weights is None and "model weights" in line
@@ -184,7 +184,8 @@ def test_int4_applies_to_float32_models_only_with_integer_dot_products(tiny_mode
         str(tiny_model_dir),
         device="cpu",
         dtype="float32",
-        cpu_engine=EngineSettings(decode_weights="int4_torch"),
+        cpu_engine="auto",
+        engine=EngineSettings(decode_weights="int4_torch"),
     )
     assert torch_kernel.engine.weights is None
 
@@ -218,11 +219,12 @@ def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
 
 @pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 buffer caches")
 def test_cascade_keeps_log_probs_rows_and_turns(tiny_model_dir) -> None:
-    cascade = TransformersPolicy(str(tiny_model_dir), **BF16, cpu_engine=BMM)
+    cascade = TransformersPolicy(str(tiny_model_dir), **BF16, cpu_engine="auto", engine=BMM)
     separate = TransformersPolicy(
         str(tiny_model_dir),
         **BF16,
-        cpu_engine=EngineSettings(**{**BMM.__dict__, "cascade": False}),
+        cpu_engine="auto",
+        engine=EngineSettings(**{**BMM.__dict__, "cascade": False}),
     )
     sampled = SamplingParams(max_new_tokens=16, seed=7)
     got = cascade.generate(CONVERSATIONS, sampled)

@@ -104,7 +104,9 @@ def test_the_engine_is_close_to_teacher_forcing_and_rows_independent(
     which, settings, tiny_model_dir, tiny_llama_dir
 ) -> None:
     directory = str(tiny_model_dir if which == "qwen3" else tiny_llama_dir)
-    policy = TransformersPolicy(directory, device="cpu", dtype="bfloat16", cpu_engine=settings)
+    policy = TransformersPolicy(
+        directory, device="cpu", dtype="bfloat16", cpu_engine="auto", engine=settings
+    )
     assert policy.engine is not None and policy.engine.settings == settings
     greedy = SamplingParams(temperature=0, max_new_tokens=12)
     batched = policy.generate(CONVERSATIONS, greedy)
@@ -131,7 +133,28 @@ def test_the_engine_says_why_it_is_off(tiny_model_dir) -> None:
         TransformersPolicy(str(tiny_model_dir), device="cpu", cpu_engine="fast")
     with pytest.raises(ValueError, match="decode_weights"):
         EngineSettings(decode_weights="int8")
+    with pytest.raises(ValueError, match="only with cpu_engine=auto"):  # never silently ignored
+        TransformersPolicy(str(tiny_model_dir), device="cpu", engine=EngineSettings(cascade=False))
     fp16 = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="float16", cpu_engine="auto")
     assert fp16.engine is not None  # float16: two-bmm attention, no 4-bit copies
     assert "two-bmm decoding attention" in fp16.run_metadata()["engine"]
     assert fp16.generate(CONVERSATIONS[:1], SAMPLED)[0].token_ids
+
+
+def test_backend_options_fill_the_engine_settings(tiny_model_dir) -> None:
+    """``--agent-opt`` options come flat: the settings' fields among them make ``engine``,
+    command-line strings read as their types; the constructor keeps at most 12 arguments."""
+    import inspect
+
+    settings = EngineSettings.of(prefix_cache="false", share_prefix="true", prefix_cache_mb="2.5")
+    assert settings == EngineSettings(prefix_cache=False, share_prefix=True, prefix_cache_mb=2.5)
+    with pytest.raises(ValueError, match="prefill must be"):
+        EngineSettings.of(prefill="columns")
+    with pytest.raises(ValueError, match="prefix_cache must be true or false"):
+        EngineSettings.of(prefix_cache="maybe")
+    policy = TransformersPolicy.with_options(
+        str(tiny_model_dir), device="cpu", prefix_cache=False, share_prefix="false", prefill="batch"
+    )
+    assert policy.prefix_cache is None and policy.share_prefix is False
+    assert policy.rowwise_prefill is False and policy.engine is None
+    assert len(inspect.signature(TransformersPolicy.__init__).parameters) - 1 <= 12

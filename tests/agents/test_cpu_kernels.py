@@ -215,7 +215,7 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
     batched, with or without the cascade's split."""
     kernel_settings = EngineSettings(sampler="torch")
     bf16 = {"device": "cpu", "dtype": "bfloat16"}
-    kernel = TransformersPolicy(str(tiny_model_dir), **bf16, cpu_engine=kernel_settings)
+    kernel = TransformersPolicy(str(tiny_model_dir), **bf16, cpu_engine="auto", engine=kernel_settings)
     assert kernel.engine.kernel_attention
     greedy = SamplingParams(temperature=0, max_new_tokens=16)
     batched = kernel.generate(CONVERSATIONS, greedy)
@@ -224,17 +224,21 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
         alone = kernel.generate([conversation], greedy)[0]
         assert (alone.token_ids, alone.logprobs) == (batched[i].token_ids, batched[i].logprobs)
     no_cascade = TransformersPolicy(
-        str(tiny_model_dir), **bf16, cpu_engine=EngineSettings(sampler="torch", cascade=False)
+        str(tiny_model_dir),
+        **bf16,
+        cpu_engine="auto",
+        engine=EngineSettings(sampler="torch", cascade=False),
     )
     assert no_cascade.generate(CONVERSATIONS, greedy) == batched  # the split changes nothing
     bmm = TransformersPolicy(
         str(tiny_model_dir),
         **bf16,
-        cpu_engine=EngineSettings(decode_attention="bmm", sampler="torch"),
+        cpu_engine="auto",
+        engine=EngineSettings(decode_attention="bmm", sampler="torch"),
     )
     assert logprob_gap(bmm.generate(CONVERSATIONS, greedy), batched) < 0.05
     fp16 = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="float16", cpu_engine=kernel_settings
+        str(tiny_model_dir), device="cpu", dtype="float16", cpu_engine="auto", engine=kernel_settings
     )
     line = fp16.run_metadata()["engine"]  # the kernel is bfloat16's and float32's
     assert not fp16.engine.kernel_attention and "float32" in line

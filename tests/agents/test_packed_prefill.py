@@ -23,7 +23,7 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
 BMM_ENGINE = EngineSettings(
     decode_attention="bmm", prefill_attention="bmm", decode_weights="model", sampler="torch"
 )
-BMM = {"device": "cpu", "dtype": "bfloat16", "cpu_engine": BMM_ENGINE}
+BMM = {"device": "cpu", "dtype": "bfloat16", "cpu_engine": "auto", "engine": BMM_ENGINE}
 needs_buffers = pytest.mark.skipif(not writes_in_place(), reason="needs transformers 5 caches")
 
 
@@ -142,7 +142,7 @@ def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_
     from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     settings = EngineSettings(decode_weights="model", sampler="torch")  # the kernels' attention
-    kernel = {**BMM, "cpu_engine": settings}
+    kernel = {**BMM, "engine": settings}
     policy = TransformersPolicy(str(wide_head_model_dir), **kernel)
     line = policy.run_metadata()["engine"]
     if not cpu_kernels.tiles_available():
@@ -171,7 +171,7 @@ def test_kernel_prefill_keeps_rows_bits_alone_packed_and_cached(wide_head_model_
         str(wide_head_model_dir),
         **{
             **kernel,
-            "cpu_engine": EngineSettings(**{**settings.__dict__, "prefill_attention": "bmm"}),
+            "engine": EngineSettings(**{**settings.__dict__, "prefill_attention": "bmm"}),
         },
     )
     assert logprob_gap(bmm.generate(CONVERSATIONS, GREEDY), batched) < 0.05

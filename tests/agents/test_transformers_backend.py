@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from agentenvs.agents.backends.cpu.engine import EngineSettings
 from agentenvs.agents.backends.kv_cache import PrefixCache, common_prefix_length
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy, left_pad, sample_next
 from agentenvs.agents.policy import SamplingParams
@@ -23,7 +24,9 @@ def test_prefill_strategies_match_teacher_forcing(
     tiny_model_dir, prefill: str, share_prefix: bool
 ) -> None:
     policy = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", prefill=prefill, share_prefix=share_prefix
+        str(tiny_model_dir),
+        device="cpu",
+        engine=EngineSettings(prefill=prefill, share_prefix=share_prefix),
     )
     outs = policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=12, seed=3))
     assert all(1 <= len(o.token_ids) == len(o.logprobs) <= 12 for o in outs)
@@ -81,7 +84,9 @@ def pair(tiny_model_dir):
     """A caching and a non-caching policy sharing one model, for each prefill strategy."""
 
     def make_pair(prefill: str, **options) -> tuple[TransformersPolicy, TransformersPolicy]:
-        cached = TransformersPolicy(str(tiny_model_dir), device="cpu", prefill=prefill, **options)
+        cached = TransformersPolicy.with_options(
+            str(tiny_model_dir), device="cpu", prefill=prefill, **options
+        )
         options.pop("prefix_cache_mb", None)
         plain = TransformersPolicy.from_model(
             cached.model, cached.tokenizer, prefill=prefill, prefix_cache=False, **options
@@ -252,7 +257,9 @@ def test_rows_finishing_early_leave_the_batch_without_changing_any_output(
     token: row 0 stops early while the others run on (the batch is compacted); every row's
     log-probs are still the teacher-forced ones, and its cached keys serve the next turn
     exactly."""
-    policy = TransformersPolicy(str(tiny_model_dir), device="cpu", prefill=prefill)
+    policy = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", engine=EngineSettings(prefill=prefill)
+    )
     greedy = SamplingParams(temperature=0, max_new_tokens=14)
     sampled = SamplingParams(max_new_tokens=14, seed=5)
     first = policy.generate(CONVERSATIONS, sampled)
@@ -294,12 +301,12 @@ def test_bmm_decode_attention_keeps_log_probs_rows_and_seeds(tiny_model_dir) -> 
     """bfloat16 on CPU: the engine's two-bmm attention; every log-prob is close to the
     teacher-forced one (within bfloat16 rounding of the scores, and as close as SDPA's), a
     row's reply does not depend on the rest of the batch, and a seed repeats bit for bit."""
-    from agentenvs.agents.backends.cpu.engine import EngineSettings
-
     bmm = EngineSettings(
         decode_attention="bmm", prefill_attention="bmm", decode_weights="model", sampler="torch"
     )
-    fast = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="bfloat16", cpu_engine=bmm)
+    fast = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", dtype="bfloat16", cpu_engine="auto", engine=bmm
+    )
     sdpa = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="bfloat16")
     assert fast.engine is not None and sdpa.engine is None
     sampled = SamplingParams(max_new_tokens=16, seed=7)

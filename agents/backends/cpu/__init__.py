@@ -1,4 +1,4 @@
 """The CPU decoding engine of the transformers backend (``TransformersPolicy(cpu_engine="auto")``).
 
-Measurements and history: ``docs/cpu-engine.md``.
+The measurements behind every part: ``docs/cpu-engine.md``.
 """

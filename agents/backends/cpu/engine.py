@@ -16,54 +16,116 @@ policies on one model do not affect each other.
 The parts are fixed, chosen by measurement (:data:`MEASURED`); where one cannot run here it
 falls back (no C compiler: the two-bmm attention and torch's 4-bit kernel; no AMX tiles: the
 two-bmm prefill attention) and :attr:`CpuEngine.line` says so. ``run.json`` records that line.
-:class:`EngineSettings` names the parts for tests and measurements that compare them.
+:class:`EngineSettings` names the parts for tests and measurements that compare them, and
+holds the generator's tuning around the engine (prefix sharing, the prefix cache, prefill).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["MEASURED", "CpuEngine", "EngineSettings", "start"]
+__all__ = ["MEASURED", "SETTINGS_FIELDS", "CpuEngine", "EngineSettings", "start"]
+
+
+_PARTS = {
+    "decode_attention": ("kernel", "bmm"),
+    "prefill_attention": ("kernel", "bmm"),
+    "decode_weights": ("int4", "int4_torch", "model"),
+    "sampler": ("compiled", "torch"),
+}
+_FLAGS = ("cascade", "share_prefix", "prefix_cache")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """The engine's parts. :data:`MEASURED` is what ``cpu_engine="auto"`` runs; the others
-    exist for the tests and benchmarks that compare parts."""
+    """How the transformers backend generates on CPU: the generator's tuning, and the CPU
+    engine's parts when it runs (``cpu_engine="auto"``).
 
-    decode_attention: str = "kernel"  # kernel | bmm
-    prefill_attention: str = "kernel"  # kernel (AMX tiles) | bmm
-    decode_weights: str = "int4"  # int4 (compiled kernel) | int4_torch | model
-    cascade: bool = True  # the shared system prompt's keys read once per step for all rows
-    sampler: str = "compiled"  # compiled | torch
+    The parts' defaults are :data:`MEASURED`, what the engine runs; the other values exist for
+    the tests and benchmarks that compare parts. The tuning applies with or without the engine.
+    """
+
+    decode_attention: str = "kernel"
+    """``kernel`` (compiled, AMX tiles where the CPU has them) or ``bmm`` (two batched products)."""
+    prefill_attention: str = "kernel"
+    """``kernel`` (AMX tiles) or ``bmm``."""
+    decode_weights: str = "int4"
+    """``int4`` (compiled kernel), ``int4_torch`` (torch's kernel) or ``model`` (the weights)."""
+    cascade: bool = True
+    """The shared system prompt's keys read once per step for all rows."""
+    sampler: str = "compiled"
+    """``compiled`` or ``torch``."""
+    share_prefix: bool = True
+    """Compute a batch's common prompt prefix once."""
+    prefix_cache: bool = True
+    """Keep each episode's KV cache across turns when ``generate`` gets ``keys``."""
+    prefix_cache_mb: float | str = "auto"
+    """The prefix cache's memory budget in MiB (``auto``: a quarter of the free accelerator
+    memory, or of the available RAM on CPU)."""
+    prefill: str = "auto"
+    """``rows`` (prompts one by one, then batched decoding: fastest on CPU), ``batch`` (one
+    padded batch, for GPUs) or ``auto`` (rows on CPU, batch elsewhere)."""
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("decode_attention", self.decode_attention, ("kernel", "bmm")),
-            ("prefill_attention", self.prefill_attention, ("kernel", "bmm")),
-            ("decode_weights", self.decode_weights, ("int4", "int4_torch", "model")),
-            ("sampler", self.sampler, ("compiled", "torch")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        for name, allowed in _PARTS.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
+                )
+        for name in _FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.prefill not in ("auto", "rows", "batch"):
+            raise ValueError(f"prefill must be auto, rows or batch, got {self.prefill!r}")
+        budget = self.prefix_cache_mb
+        if budget != "auto" and not (isinstance(budget, (int, float)) and budget > 0):
+            raise ValueError(f"prefix_cache_mb must be auto or a size > 0 in MiB, got {budget!r}")
+
+    @classmethod
+    def of(cls, **options: Any) -> EngineSettings:
+        """Settings from command-line values (``"false"``, ``"2.5"``, ...) or typed ones."""
+        values = dict(options)
+        for name in _FLAGS:
+            text = str(values.get(name, "")).strip().lower()
+            if text in _TRUE or text in _FALSE:
+                values[name] = text in _TRUE
+        budget = values.get("prefix_cache_mb")
+        if isinstance(budget, str) and budget != "auto":
+            try:
+                values["prefix_cache_mb"] = float(budget)
+            except ValueError:
+                pass  # __post_init__ names the problem
+        return cls(**values)
+
+    @property
+    def parts(self) -> dict[str, Any]:
+        """The engine's parts (the fields that matter only when it runs)."""
+        return {name: getattr(self, name) for name in (*_PARTS, "cascade")}
 
 
+SETTINGS_FIELDS = tuple(f.name for f in fields(EngineSettings))
+"""The names of :class:`EngineSettings`' fields (the backend options that go into it)."""
 MEASURED = EngineSettings()
 
 
-def start(model: Any, source: Any, request: str | EngineSettings) -> tuple[CpuEngine | None, str]:
-    """(the engine, its line) or (None, ``"off: <why>"``) for ``request``: ``"off"``,
-    ``"auto"`` (:data:`MEASURED` where the engine applies) or an :class:`EngineSettings`.
-    ``source``: the model's directory (its float32 weights are quantized when it has them)."""
-    if isinstance(request, str):
-        if request == "off":
-            return None, "off: cpu_engine=off"
-        if request != "auto":
-            raise ValueError(f"cpu_engine must be auto or off, got {request!r}")
-        settings = MEASURED
-    else:
-        settings = request
+def start(
+    model: Any, source: Any, cpu_engine: str, settings: EngineSettings = MEASURED
+) -> tuple[CpuEngine | None, str]:
+    """(the engine, its line) or (None, ``"off: <why>"``) for ``cpu_engine``: ``"off"``, or
+    ``"auto"`` (``settings``' parts where the engine applies; their defaults are
+    :data:`MEASURED`). ``source``: the model's directory (its float32 weights are quantized
+    when it has them)."""
+    if cpu_engine == "off":
+        if settings.parts != MEASURED.parts:
+            raise ValueError(
+                "the CPU engine's parts (decode_attention, prefill_attention, decode_weights, "
+                "cascade, sampler) are read only with cpu_engine=auto"
+            )
+        return None, "off: cpu_engine=off"
+    if cpu_engine != "auto":
+        raise ValueError(f"cpu_engine must be auto or off, got {cpu_engine!r}")
     reason = unsupported(model)
     if reason is not None:
         return None, f"off: {reason}"
