@@ -1,0 +1,358 @@
+"""Runs on disk for ``agentenvs view``: which kind a path is, and its episodes, read on demand.
+
+Kinds, told apart by their files (:func:`load_run`):
+
+* ``eval``: ``trajectories.jsonl`` (``agentenvs eval``, with its ``run.json``), here or in an
+  ``eval/`` folder (where a learning-benchmark unit keeps its held-out evaluation), or a
+  trajectory file itself;
+* ``train``: ``metrics.jsonl`` beside ``protocol.json`` (``agentenvs train rl``): the metrics of
+  every iteration, its sampled episodes (``episodes/step-<n>.jsonl.gz``) and, where a
+  learning-benchmark unit has them, its evaluation points (``eval-<n>.json``) and the last
+  point's episodes (``eval/trajectories.jsonl``);
+* ``replay``: a replay stage file (``replay.query``, ``replay.validated`` or ``replay.sample``
+  rows), or a folder holding one (the latest stage: ``samples.jsonl``, else
+  ``validated.jsonl``, else ``queries.jsonl``).
+
+A run keeps a summary and the byte span of every episode's line, not the episodes:
+:meth:`Run.record` reads one when the page asks for it (a gzipped iteration file is read whole,
+the last few kept in memory).
+
+Evaluation episodes are counted as ``agentenvs eval`` counts them: one per episode key (task,
+group, sample), the first copy that finished, else the latest one that errored. A last line cut
+short by an interrupted write is left out and noted; any other invalid line is an error naming
+its file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentenvs.agents.trajectory import Trajectory, TrajectoryFormatError
+from agentenvs.benchmarks.view.records import (
+    query_record,
+    query_summary,
+    trajectory_record,
+    trajectory_summary,
+)
+
+__all__ = [
+    "KINDS",
+    "LineRef",
+    "LineStore",
+    "Run",
+    "RunFormatError",
+    "add_eval_episodes",
+    "default_name",
+    "finish_meta",
+    "load_run",
+    "scan_trajectories",
+    "step_of",
+]
+
+KINDS = ("eval", "train", "replay")
+EXPECTED = (
+    "an eval output folder (trajectories.jsonl, from 'agentenvs eval'), a train rl run "
+    "(metrics.jsonl and protocol.json, from 'agentenvs train rl') or a replay output (a "
+    "queries.jsonl, validated.jsonl or samples.jsonl stage file, from 'agentenvs replay')"
+)
+REPLAY_STAGES = ("samples.jsonl", "validated.jsonl", "queries.jsonl")  # latest stage first
+GZIP_FILES_KEPT = 4  # decompressed iteration files held in memory for episode reads
+
+
+class RunFormatError(ValueError):
+    """A path that is not a run, or a run file that does not read (the message says which)."""
+
+
+@dataclass(frozen=True)
+class LineRef:
+    """Where one episode's line is: a source file of the store and its byte span."""
+
+    source: int
+    start: int
+    end: int
+
+
+class LineStore:
+    """Line spans in files (plain or gzipped), read back one line at a time."""
+
+    def __init__(self) -> None:
+        self.sources: list[Path] = []
+        self._unzipped: OrderedDict[int, bytes] = OrderedDict()
+
+    def lines(self, path: Path) -> Iterator[tuple[LineRef, bytes, int]]:
+        """Add ``path`` as a source; yield each non-blank line's span, bytes and number."""
+        source = len(self.sources)
+        self.sources.append(path)
+        if path.suffix == ".gz":
+            data = self._data(source)
+            start = 0
+            for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
+                if raw.strip():
+                    yield LineRef(source, start, start + len(raw)), raw, lineno
+                start += len(raw)
+            return
+        with path.open("rb") as fh:
+            start = 0
+            for lineno, raw in enumerate(fh, start=1):
+                if raw.strip():
+                    yield LineRef(source, start, start + len(raw)), raw, lineno
+                start += len(raw)
+
+    def read(self, ref: LineRef) -> bytes:
+        path = self.sources[ref.source]
+        if path.suffix == ".gz":
+            return self._data(ref.source)[ref.start : ref.end]
+        with path.open("rb") as fh:
+            fh.seek(ref.start)
+            return fh.read(ref.end - ref.start)
+
+    def _data(self, source: int) -> bytes:
+        if source in self._unzipped:
+            self._unzipped.move_to_end(source)
+            return self._unzipped[source]
+        data = gzip.decompress(self.sources[source].read_bytes())
+        self._unzipped[source] = data
+        while len(self._unzipped) > GZIP_FILES_KEPT:
+            self._unzipped.popitem(last=False)
+        return data
+
+
+@dataclass
+class Run:
+    """One run: its kind, what it records about itself (``meta``), a summary per episode
+    (``episodes``; ``part`` says ``eval``, ``train`` or ``replay``, ``iteration`` the training
+    step of a sampled one), where each episode's line is, and for a training run its metrics
+    and evaluation points (``training``)."""
+
+    name: str
+    path: Path
+    kind: str
+    meta: dict[str, Any]
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    refs: list[LineRef] = field(default_factory=list)
+    store: LineStore = field(default_factory=LineStore)
+    training: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, summary: dict[str, Any], ref: LineRef) -> int:
+        self.episodes.append(summary)
+        self.refs.append(ref)
+        return len(self.episodes) - 1
+
+    def record(self, index: int) -> dict[str, Any]:
+        """The full record of episode ``index`` (:mod:`agentenvs.benchmarks.view.records`)."""
+        if not 0 <= index < len(self.episodes):
+            raise IndexError(f"run {self.name!r} has episodes 0..{len(self.episodes) - 1}")
+        data = json.loads(self.store.read(self.refs[index]))
+        if self.kind == "replay":
+            record = query_record(data)
+        else:
+            record = trajectory_record(Trajectory.from_dict(data))
+        summary = self.episodes[index]
+        return {**record, "id": index, "part": summary["part"], "iteration": summary["iteration"]}
+
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    """The run at ``path`` (a folder, or a trajectory or replay stage file); see the module
+    docstring for how its kind is told."""
+    path = Path(path)
+    if not path.exists():
+        raise RunFormatError(f"{path} does not exist; expected {EXPECTED}")
+    name = name or default_name(path)
+    if path.is_file():
+        if _first_row(path).get("schema", "").startswith("replay."):
+            return _load_replay(path, name)
+        return _load_eval(path, name)
+    if (path / "trajectories.jsonl").is_file():
+        return _load_eval(path / "trajectories.jsonl", name)
+    if (path / "metrics.jsonl").is_file() and (path / "protocol.json").is_file():
+        from agentenvs.benchmarks.view.training import load_train
+
+        return load_train(path, name)
+    if (path / "eval" / "trajectories.jsonl").is_file():
+        return _load_eval(path / "eval" / "trajectories.jsonl", name)
+    for stage in REPLAY_STAGES:
+        if (path / stage).is_file():
+            return _load_replay(path / stage, name)
+    present = sorted(p.name for p in path.iterdir())[:12]
+    raise RunFormatError(
+        f"{path} is not a run: expected {EXPECTED}; it holds {present or 'nothing'}"
+    )
+
+
+def default_name(path: Path) -> str:
+    parts = path.resolve().parts
+    if path.is_file():
+        parts = parts[:-1] if path.name == "trajectories.jsonl" else (*parts[:-1], path.stem)
+    if parts and parts[-1] == "eval":
+        parts = parts[:-1]
+    return "/".join(parts[-2:])
+
+
+def _first_row(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RunFormatError(f"{path}: the first line is not JSON ({exc})") from exc
+                if not isinstance(row, dict):
+                    raise RunFormatError(f"{path}: a line is a JSON object, got {row!r:.40}")
+                return row
+    raise RunFormatError(f"{path} is empty; expected {EXPECTED}")
+
+
+def scan_trajectories(
+    run: Run, path: Path, part: str, iteration: int | None = None
+) -> list[tuple[dict[str, Any], LineRef]]:
+    """The summaries and spans of a trajectory file's episodes, tagged with ``part`` and
+    ``iteration``; records the protocols, variants, environments and agents seen in
+    ``run.meta["seen"]``."""
+    seen = run.meta.setdefault("seen", {"env_id": set(), "agent": set(), "protocol": set()})
+    seen.setdefault("variant", set())
+    out = []
+    for ref, raw, lineno in run.store.lines(path):
+        try:
+            traj = Trajectory.from_json(raw.decode("utf-8"))
+        except (TrajectoryFormatError, UnicodeDecodeError) as exc:
+            if not raw.endswith(b"\n") and _cut_short(raw):
+                run.notes.append(f"{path}:{lineno}: left out a last line cut short by a kill")
+                continue
+            raise RunFormatError(f"{path}:{lineno}: {exc}") from exc
+        seen["env_id"].add(traj.env_id)
+        seen["agent"].add(traj.agent)
+        seen["protocol"].add(traj.protocol)
+        seen["variant"].add(json.dumps(traj.variant, sort_keys=True))
+        summary = trajectory_summary(traj)
+        out.append(({**summary, "part": part, "iteration": iteration}, ref))
+    return out
+
+
+def _cut_short(raw: bytes) -> bool:
+    try:
+        json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    return False
+
+
+def add_eval_episodes(run: Run, path: Path, task_order: list[str] | None = None) -> None:
+    """The evaluation episodes of ``path`` into ``run``, one per episode key (see the module
+    docstring), ordered by task (``task_order`` first, then as first seen), group, sample."""
+    done: dict[tuple, tuple] = {}
+    errored: dict[tuple, tuple] = {}
+    for summary, ref in scan_trajectories(run, path, "eval"):
+        key = (summary["task_id"], summary["group_id"], summary["sample"])
+        if summary["error"] is None:
+            done.setdefault(key, (summary, ref))
+        else:
+            errored[key] = (summary, ref)
+    kept = [*done.values(), *(v for k, v in errored.items() if k not in done)]
+    rank = {t: i for i, t in enumerate(task_order or [])}
+    for summary, _ in kept:
+        rank.setdefault(summary["task_id"], len(rank))
+    kept.sort(key=lambda e: (rank[e[0]["task_id"]], e[0]["group_id"], e[0]["sample"]))
+    for summary, ref in kept:
+        run.add(summary, ref)
+
+
+def finish_meta(run: Run, recorded: dict[str, Any]) -> None:
+    """``run.meta`` from what the run's files record (``recorded``: run.json and the like) and
+    what its trajectories say (their environment, agent, protocol and variant)."""
+    seen = run.meta.pop("seen", {})
+
+    def one(key: str) -> Any:
+        values = seen.get(key, set())
+        if len(values) > 1:
+            run.notes.append(f"episodes of more than one {key}: {sorted(map(str, values))}")
+        return sorted(values, key=str)[0] if values else None
+
+    variant = one("variant")
+    meta = {
+        "env_id": recorded.get("env_id", one("env_id")),
+        "agent": recorded.get("agent", one("agent")),
+        "protocol": recorded.get("protocol", one("protocol")),
+        "variant": recorded.get("variant", json.loads(variant) if variant else None),
+    }
+    meta["model"] = recorded.get("model") or _model_of(meta["agent"])
+    for key in ("split", "k", "n", "overrides", "protocol_settings", "backend", "algo"):
+        if recorded.get(key) is not None:
+            meta[key] = recorded[key]
+    run.meta.update(meta)
+
+
+def _model_of(agent: str | None) -> str | None:
+    """The model of an LLM agent spec (``hf:<model>``, ``openai:<model>@<url>``, ...)."""
+    if not agent or ":" not in agent:
+        return None
+    kind, _, rest = agent.partition(":")
+    if kind in ("hf", "vllm", "openai"):
+        return rest.split("@")[0]
+    return None
+
+
+def _load_eval(path: Path, name: str) -> Run:
+    folder = path.parent
+    recorded: dict[str, Any] = {}
+    for meta_file in ("results.json", "run.json"):  # run.json wins: the settings themselves
+        if (folder / meta_file).is_file():
+            recorded |= {
+                k: v for k, v in json.loads((folder / meta_file).read_text()).items()
+                if k not in ("rows", "errors")
+            }
+    run = Run(name, folder, "eval", {})
+    add_eval_episodes(run, path, recorded.get("task_ids"))
+    finish_meta(run, recorded)
+    if not run.episodes:
+        raise RunFormatError(f"{path} holds no episodes yet; expected {EXPECTED}")
+    return run
+
+
+def _load_replay(path: Path, name: str) -> Run:
+    from agentenvs.replay.io import SCHEMA_VERSIONS
+
+    run = Run(name, path.parent, "replay", {"stage": None})
+    for ref, raw, lineno in run.store.lines(path):
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise RunFormatError(f"{where}: not JSON ({exc})") from exc
+        schema = row.get("schema")
+        if SCHEMA_VERSIONS.get(schema) != row.get("schema_version"):
+            raise RunFormatError(
+                f"{where}: a replay row of schema {schema!r} version "
+                f"{row.get('schema_version')!r}; this agentenvs reads {SCHEMA_VERSIONS}"
+            )
+        if run.meta["stage"] not in (None, schema):
+            raise RunFormatError(f"{where}: a {schema} row in a {run.meta['stage']} file")
+        run.meta["stage"] = schema
+        try:
+            summary = query_summary(row)
+        except KeyError as exc:
+            raise RunFormatError(f"{where}: a replay row lacks {exc}") from exc
+        run.add({**summary, "part": "replay", "iteration": None}, ref)
+        for key in ("env_id", "agent"):
+            run.meta.setdefault(key, row.get(key))
+    if not run.episodes:
+        raise RunFormatError(f"{path} holds no queries")
+    run.meta["file"] = path.name
+    return run
+
+
+_STEP_FILE = re.compile(r"step-(\d+)(?:\.rank(\d+))?\.jsonl(?:\.gz)?$")
+
+
+def step_of(path: Path) -> int | None:
+    """The iteration of a sampled-episodes file name (``step-0000003.jsonl.gz`` -> 3)."""
+    m = _STEP_FILE.match(path.name)
+    return int(m[1]) if m else None
