@@ -51,9 +51,7 @@ def _run_entry(run: Run, position: int) -> dict[str, Any]:
         "notes": run.notes,
         "tables": overview(run),
         "tasks": task_rows(run),
-        "episodes": [
-            {k: v for k, v in e.items() if k != "error_message"} for e in run.episodes
-        ],
+        "episodes": [{k: v for k, v in e.items() if k != "error_message"} for e in run.episodes],
         "training": run.training,
     }
 

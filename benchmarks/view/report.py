@@ -104,8 +104,15 @@ def overview(run: Run) -> list[Table]:
         "title": "Avg@k and Pass@k by task family",
         "columns": ["family", "tasks", "samples", "successes", f"Avg@{k}", f"Pass@{k}", "errors"],
         "rows": [
-            [r.family, r.tasks, r.samples, r.successes, _pct(r.avg_at_k), _pct(r.pass_at_k),
-             r.errors]
+            [
+                r.family,
+                r.tasks,
+                r.samples,
+                r.successes,
+                _pct(r.avg_at_k),
+                _pct(r.pass_at_k),
+                r.errors,
+            ]
             for r in rows
         ],  # fmt: skip
         "note": note,

@@ -215,10 +215,9 @@ def scan_trajectories(
     run: Run, path: Path, part: str, iteration: int | None = None
 ) -> list[tuple[dict[str, Any], LineRef]]:
     """The summaries and spans of a trajectory file's episodes, tagged with ``part`` and
-    ``iteration``; records the protocols, variants, environments and agents seen in
-    ``run.meta["seen"]``."""
-    seen = run.meta.setdefault("seen", {"env_id": set(), "agent": set(), "protocol": set()})
-    seen.setdefault("variant", set())
+    ``iteration``; notes the environments, agents, protocols and variants of each part's
+    episodes (for :func:`finish_meta`)."""
+    seen = run.meta.setdefault("seen", {}).setdefault(part, {})
     out = []
     for ref, raw, lineno in run.store.lines(path):
         try:
@@ -228,10 +227,13 @@ def scan_trajectories(
                 run.notes.append(f"{path}:{lineno}: left out a last line cut short by a kill")
                 continue
             raise RunFormatError(f"{path}:{lineno}: {exc}") from exc
-        seen["env_id"].add(traj.env_id)
-        seen["agent"].add(traj.agent)
-        seen["protocol"].add(traj.protocol)
-        seen["variant"].add(json.dumps(traj.variant, sort_keys=True))
+        for key, value in (
+            ("env_id", traj.env_id),
+            ("agent", traj.agent),
+            ("protocol", traj.protocol),
+            ("variant", json.dumps(traj.variant, sort_keys=True)),
+        ):
+            seen.setdefault(key, set()).add(value)
         summary = trajectory_summary(traj)
         out.append(({**summary, "part": part, "iteration": iteration}, ref))
     return out
@@ -266,27 +268,32 @@ def add_eval_episodes(run: Run, path: Path, task_order: list[str] | None = None)
 
 
 def finish_meta(run: Run, recorded: dict[str, Any]) -> None:
-    """``run.meta`` from what the run's files record (``recorded``: run.json and the like) and
-    what its trajectories say (their environment, agent, protocol and variant)."""
+    """``run.meta`` from what its episodes say (the evaluation episodes', else the sampled
+    ones': environment, agent, protocol, variant) and what its files record (``recorded``:
+    ``run.json`` and the like), which fills in the rest."""
     seen = run.meta.pop("seen", {})
+    episodes = seen.get("eval") or seen.get("train") or {}
 
     def one(key: str) -> Any:
-        values = seen.get(key, set())
+        values = episodes.get(key, set())
         if len(values) > 1:
             run.notes.append(f"episodes of more than one {key}: {sorted(map(str, values))}")
         return sorted(values, key=str)[0] if values else None
 
     variant = one("variant")
     meta = {
-        "env_id": recorded.get("env_id", one("env_id")),
-        "agent": recorded.get("agent", one("agent")),
-        "protocol": recorded.get("protocol", one("protocol")),
-        "variant": recorded.get("variant", json.loads(variant) if variant else None),
+        "env_id": one("env_id") or recorded.get("env_id"),
+        "agent": one("agent") or recorded.get("agent"),
+        "protocol": one("protocol") or recorded.get("protocol"),
+        "variant": json.loads(variant) if variant else recorded.get("variant"),
     }
     meta["model"] = recorded.get("model") or _model_of(meta["agent"])
     for key in ("split", "k", "n", "overrides", "protocol_settings", "backend", "algo"):
         if recorded.get(key) is not None:
             meta[key] = recorded[key]
+    if "train" in seen:  # a training run: the protocol it trained under
+        trained = seen["train"].get("protocol") or {recorded.get("protocol")}
+        meta["training_protocol"] = sorted(trained, key=str)[0]
     run.meta.update(meta)
 
 
@@ -306,7 +313,8 @@ def _load_eval(path: Path, name: str) -> Run:
     for meta_file in ("results.json", "run.json"):  # run.json wins: the settings themselves
         if (folder / meta_file).is_file():
             recorded |= {
-                k: v for k, v in json.loads((folder / meta_file).read_text()).items()
+                k: v
+                for k, v in json.loads((folder / meta_file).read_text()).items()
                 if k not in ("rows", "errors")
             }
     run = Run(name, folder, "eval", {})

@@ -135,15 +135,16 @@ def load_train(folder: Path, name: str) -> Run:
     held_out = [[int(s), _avg(t)] for s, t in points.items() if _avg(t) is not None]
     if held_out:
         held_out.sort()
-        curves.insert(0, {"title": "held-out Avg@k", "series": [{"name": "eval", "points": held_out}]})
+        curves.insert(
+            0, {"title": "held-out Avg@k", "series": [{"name": "eval", "points": held_out}]}
+        )
     run.training = {
         "iterations": iterations,
         "curves": curves,
         "steps": len(lines),
         "eval_points": [
-            {"step": int(s), "tasks": len(t), "avg": _avg(t)} for s, t in sorted(
-                points.items(), key=lambda kv: int(kv[0])
-            )
+            {"step": int(s), "tasks": len(t), "avg": _avg(t)}
+            for s, t in sorted(points.items(), key=lambda kv: int(kv[0]))
         ],
     }
     finish_meta(run, _recorded(folder))

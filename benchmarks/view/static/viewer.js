@@ -149,7 +149,8 @@
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
     let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
     if (x0 === x1) { x0 -= 1; x1 += 1; }
-    if (y0 === y1) { y0 -= 1; y1 += 1; }
+    if (y0 >= 0 && y1 <= 1) { y0 = 0; y1 = 1; } // rates and fractions: the whole range
+    else if (y0 === y1) { y0 -= 1; y1 += 1; }
     const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
     const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
     const ns = "http://www.w3.org/2000/svg";
@@ -188,7 +189,7 @@
     const m = run.meta;
     const rows = [
       ["environment", m.env_id], ["agent", m.agent], ["model", m.model], ["algorithm", m.algo],
-      ["protocol", m.protocol], ["variant", m.variant ? show(m.variant) : null],
+      ["protocol", m.protocol], ["training protocol", m.training_protocol], ["variant", m.variant ? show(m.variant) : null],
       ["split", m.split], ["k (Avg@k, Pass@k)", m.k], ["samples per task", m.n],
       ["overrides", m.overrides && Object.keys(m.overrides).length ? show(m.overrides) : null],
       ["replay stage", m.stage], ["path", run.path],
@@ -293,10 +294,14 @@
       h("div", { class: "chips" }, e.prefix_turns ? h("span", { class: "badge" }, "cut after " + e.prefix_turns) : null, chips));
   }
 
-  function linesOf(r, ids) {
+  // The episodes ``ids`` of run ``r``, one line each; ``grouped``: under a heading per group.
+  function linesOf(r, ids, grouped) {
     const box = h("div", { class: "lines" }, h("div", { class: "muted" }, "loading " + ids.length + " episodes..."));
     Promise.all(ids.map((id) => source.episode(r, id)))
-      .then((episodes) => box.replaceChildren(...episodes.map((e) => episodeLine(r, e))))
+      .then((episodes) => box.replaceChildren(...episodes.flatMap((e, i) =>
+        grouped && (i === 0 || episodes[i - 1].group_id !== e.group_id)
+          ? [h("h3", {}, "group " + e.group_id), episodeLine(r, e)]
+          : [episodeLine(r, e)])))
       .catch((err) => problem("could not load the episodes: " + err.message));
     return box;
   }
@@ -318,15 +323,17 @@
     if (!it) return h("p", { class: "note" }, "no sampled episodes of iteration " + step);
     return h("div", {}, h("a", { href: "#run/" + r }, "← " + run.name),
       h("h2", {}, "iteration " + step + ": " + it.episodes.length + " sampled episodes"),
-      h("div", { class: "muted" }, "success " + pct(it.success) + "; grouped by start (group id)"),
-      linesOf(r, it.episodes));
+      h("div", { class: "muted" }, "success " + pct(it.success) + "; the samples of each start under its group"),
+      linesOf(r, it.episodes, true));
   }
 
   function message(m) {
     return h("div", { class: "turn prefix" }, h("div", { class: "label" }, m.role === "assistant" ? "teacher reply" : "observation"), h("pre", {}, m.content));
   }
 
-  function turnView(s, last) {
+  // One turn; its answer is shown when the next turn did not start from it (the last turn, or
+  // a reply with no action, whose feedback the environment never produced).
+  function turnView(s, next) {
     const st = s.logprob_stats;
     const facts = [
       s.valid ? h("span", { class: "won" }, "valid") : h("span", { class: "lost" }, "invalid"),
@@ -346,7 +353,9 @@
       fields ? [h("div", { class: "label" }, "fields"), h("pre", {}, JSON.stringify(fields))] : null,
       info ? [h("div", { class: "label" }, "info"), h("pre", {}, JSON.stringify(info))] : null,
       s.logprobs ? h("details", {}, h("summary", {}, "log-probs of the " + s.logprobs.length + " generated tokens"), h("pre", {}, s.logprobs.map((x) => x.toFixed(3)).join(" "))) : null,
-      last && s.result !== null ? [h("div", { class: "label" }, "last observation"), h("pre", {}, s.result)] : null);
+      s.result !== null && (!next || next.observation !== s.result)
+        ? [h("div", { class: "label" }, !next ? "last observation" : s.action === null ? "feedback (the environment was not stepped)" : "answer"), h("pre", {}, s.result)]
+        : null);
   }
 
   function episodeView(r, id) {
@@ -365,7 +374,7 @@
         e.system ? h("details", {}, h("summary", {}, "system prompt"), h("pre", {}, e.system)) : null,
         e.prefix.length ? [h("h3", {}, "teacher prefix (" + e.prefix_turns + " turns)"), e.prefix.map(message),
           h("div", { class: "cut" }, "cut point: after teacher turn " + e.prefix_turns + (e.part === "replay" ? "" : "; the policy plays from here"))] : null,
-        e.steps.map((s, i) => turnView(s, i === e.steps.length - 1)),
+        e.steps.map((s, i) => turnView(s, e.steps[i + 1])),
         e.steps.length ? null : h("p", { class: "muted" }, "no turns played")));
     }).catch((err) => problem("could not load episode " + id + ": " + err.message));
     return box;

@@ -1,0 +1,170 @@
+"""``agentenvs view`` in a real browser: the system's headless Chromium, driven by Playwright,
+opens the exported file (``file://``) and the page a real server serves on 127.0.0.1, clicks
+into tasks, episodes and comparisons, and checks what is on screen against the runs' files and
+the Python statistics; no JavaScript console error; screenshots kept (the folder is printed).
+
+Skipped, with the reason, where Chromium or Playwright is not installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentenvs.agents.trajectory import read_trajectories
+from agentenvs.benchmarks.view.browser import ChromiumMissing, find_chromium
+from agentenvs.benchmarks.view.page import export_html
+from agentenvs.benchmarks.view.report import compare
+from agentenvs.benchmarks.view.runs import load_run
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        find_chromium()
+        from agentenvs.benchmarks.view.browser import launch, sync_playwright
+
+        playwright = sync_playwright().start()
+    except ChromiumMissing as exc:
+        pytest.skip(f"no browser for the page tests: {exc}")
+    browser = launch(playwright)
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+class Page:
+    """A tab that records console errors and page exceptions."""
+
+    def __init__(self, browser: Any, url: str, shots: Path) -> None:
+        self.errors: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.shots = shots
+        self.page.goto(url)
+        self.page.wait_for_selector("body[data-ready]")
+
+    def text(self) -> str:
+        return self.page.inner_text("main")
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        self.page.close()
+        assert self.errors == [], self.errors
+
+
+def _signed(x: float) -> str:
+    return f"{'+' if x > 0 else ''}{x:.3f}"
+
+
+@pytest.fixture(scope="module")
+def served_learning(view_runs) -> Iterator[str]:
+    """``agentenvs view`` of the learning benchmark's SFT and PTGPO units of seed 0, served."""
+    pytest.importorskip("fastapi")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentenvs.cli", "view", str(view_runs.sft),
+         str(view_runs.ptgpo), str(view_runs.replay), "--port", "0"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    line = proc.stdout.readline()
+    while line and not line.startswith("serving"):
+        line = proc.stdout.readline()
+    assert line.startswith("serving 3 run(s) at http://127.0.0.1:"), line
+    yield line.split(" at ")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_exported_expert_run_and_comparison(browser, view_runs, artifacts, tmp_path):
+    expert, random = load_run(view_runs.expert), load_run(view_runs.random)
+    path = export_html([expert, random], tmp_path / "expert-vs-random.html")
+    tab = Page(browser, path.as_uri(), artifacts)
+    text = tab.text()
+    assert "Avg@2" in text and "prefix-grpo" in text
+    tasks = [e["task_id"] for e in expert.episodes]
+    for task in dict.fromkeys(tasks):
+        assert task in text
+    tab.shot("export-overview")
+    # a task, its k samples side by side, then one episode's turns
+    first = next(read_trajectories(view_runs.expert / "trajectories.jsonl"))
+    tab.page.click(f".vrow:has-text('{tasks[0]}')")
+    tab.page.wait_for_selector(".line")
+    assert tab.page.locator(".line").count() == 2
+    tab.page.locator(".line").first.click()
+    tab.page.wait_for_selector(".turn")
+    text = tab.text()
+    for step in first.steps:
+        assert step.action in text
+    assert "parsed action" in text and "raw reply" in text
+    tab.shot("export-episode")
+    # the comparison: the paired difference the Python statistic gives, the flipped tasks
+    c = compare(expert, random, 0, 1)
+    tab.page.click("#tabs a:has-text('compare')")
+    tab.page.wait_for_selector(".paired")
+    paired = tab.page.inner_text(".paired")
+    assert (
+        paired == f"paired difference {_signed(c['paired']['mean_diff'])} ± {c['paired']['se']:.3f}"
+    )
+    assert c["broken"] and all(t in tab.text() for t in c["broken"])
+    tab.shot("export-compare")
+    tab.page.click(f".chip:has-text('{c['broken'][0]}')")
+    tab.page.wait_for_selector(".side .line")
+    assert tab.page.locator(".side .line").count() == 4  # both runs' k = 2 samples
+    assert "lost" in tab.page.inner_text(".side") and "won" in tab.page.inner_text(".side")
+    tab.shot("export-compare-task")
+    # the task list filters: tasks no random sample solved
+    tab.page.click("#tabs a:has-text('random')")
+    tab.page.select_option("select[data-filter=outcome]", "none")
+    none = [t for t in c["tasks"] if t["b"][0] == 0]
+    assert f"{len(none)} of 6 tasks" in tab.text()
+    tab.close()
+
+
+def test_served_learning_runs_training_and_replay(browser, served_learning, view_runs, artifacts):
+    sft, ptgpo = load_run(view_runs.sft), load_run(view_runs.ptgpo)
+    tab = Page(browser, served_learning, artifacts)
+    assert tab.page.inner_text("#source") == "served"
+    tab.page.click("#tabs a:has-text('ptgpo/seed-0')")
+    tab.page.wait_for_selector(".chart")
+    text = tab.text()
+    assert "held-out Avg@k" in text and "success (sampled episodes)" in text
+    assert "training protocol" in text and "algorithm\tptgpo" in text
+    tab.shot("served-train-run")
+    tab.page.click("a:has-text('iteration 1')")
+    tab.page.wait_for_selector(".line")
+    assert tab.page.locator(".line").count() == 12
+    tab.page.locator(".line").first.click()
+    tab.page.wait_for_selector(".turn")
+    text = tab.text()
+    assert "tokens" in text and "log-prob sum" in text and "raw reply" in text
+    tab.shot("served-sampled-episode")
+    c = compare(sft, ptgpo, 0, 1)
+    tab.page.click("#tabs a:has-text('compare')")
+    tab.page.wait_for_selector(".paired")
+    assert tab.page.inner_text(".paired") == (
+        f"paired difference {_signed(c['paired']['mean_diff'])} ± {c['paired']['se']:.3f}"
+    )
+    tab.page.click(f".vrow:has-text('{c['tasks'][0]['task_id']}')")
+    tab.page.wait_for_selector(".side .line")
+    assert tab.page.locator(".side .line").count() == 16  # 8 evaluation samples of each
+    tab.shot("served-compare-task")
+    # a run that cannot be compared says why
+    tab.page.goto(served_learning + "#compare/0/2")
+    tab.page.wait_for_selector(".refused")
+    assert "has no evaluation episodes to compare" in tab.page.inner_text(".refused")
+    # the replay queries: the teacher prefix up to the cut point
+    replay = load_run(view_runs.replay)
+    cut = next(i for i, e in enumerate(replay.episodes) if e["prefix_turns"] > 1)
+    tab.page.goto(served_learning + f"#run/2/episode/{cut}")
+    tab.page.wait_for_selector(".cut")
+    assert f"after teacher turn {replay.episodes[cut]['prefix_turns']}" in tab.text()
+    assert "teacher prefix" in tab.text() and "validated" in tab.text()
+    tab.shot("served-replay-query")
+    tab.close()
