@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _names(paths: Sequence[Path]) -> list[str | None]:
     """Default names, made unique by a number where two runs would share one."""
-    from agentenvs.benchmarks.view.runs import default_name
+    from agentenvs.benchmarks.view.load import default_name
 
     names = [default_name(p) if p.exists() else None for p in paths]
     out: list[str | None] = []
@@ -69,7 +69,8 @@ def serve(runs: Sequence, host: str, port: int) -> None:
 
 def view_main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    from agentenvs.benchmarks.view.runs import RunFormatError, load_run
+    from agentenvs.benchmarks.view.load import load_run
+    from agentenvs.benchmarks.view.runs import RunFormatError
 
     try:
         runs = [load_run(p, n) for p, n in zip(args.runs, _names(args.runs), strict=True)]

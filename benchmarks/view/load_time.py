@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publish", type=Path, default=None, help="copy the report here")
     args = parser.parse_args(argv)
     from agentenvs.benchmarks.view.browser import launch, sync_playwright
+    from agentenvs.benchmarks.view.load import load_run
     from agentenvs.benchmarks.view.page import export_html
-    from agentenvs.benchmarks.view.runs import load_run
 
     run_dir = build_run(args.out / "run", args.episodes)
     clock = time.perf_counter()

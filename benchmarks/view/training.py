@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,9 @@ from agentenvs.benchmarks.view.runs import (
     add_eval_episodes,
     finish_meta,
     scan_trajectories,
-    step_of,
 )
 
-__all__ = ["CURVES", "eval_points", "load_train", "metric_curves"]
+__all__ = ["CURVES", "eval_points", "load_train", "metric_curves", "step_of"]
 
 # chart title -> the metrics.jsonl keys drawn in it, where recorded
 CURVES: dict[str, tuple[str, ...]] = {
@@ -45,6 +45,15 @@ CURVES: dict[str, tuple[str, ...]] = {
     "advantages": ("adv/mean", "adv/std", "adv/abs_mean", "adv/zero_frac"),
     "entropy and clipping": ("actor/entropy", "actor/clipfrac", "actor/grad_norm"),
 }
+
+
+_STEP_FILE = re.compile(r"step-(\d+)(?:\.rank(\d+))?\.jsonl(?:\.gz)?$")
+
+
+def step_of(path: Path) -> int | None:
+    """The iteration of a sampled-episodes file name (``step-0000003.jsonl.gz`` -> 3)."""
+    m = _STEP_FILE.match(path.name)
+    return int(m[1]) if m else None
 
 
 def metric_curves(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -17,9 +17,9 @@ import pytest
 
 from agentenvs.agents.trajectory import read_trajectories
 from agentenvs.benchmarks.view.browser import ChromiumMissing, find_chromium
+from agentenvs.benchmarks.view.load import load_run
 from agentenvs.benchmarks.view.page import export_html
 from agentenvs.benchmarks.view.report import compare
-from agentenvs.benchmarks.view.runs import load_run
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from agentenvs.agents.trajectory import StepRecord, Trajectory, write_trajectories
+from agentenvs.benchmarks.view.load import load_run
 from agentenvs.benchmarks.view.page import export_html, index
 from agentenvs.benchmarks.view.report import compare, overview, task_rows
-from agentenvs.benchmarks.view.runs import RunFormatError, load_run
+from agentenvs.benchmarks.view.runs import RunFormatError
 
 
 def _traj(task: str, sample: int, won: bool, *, protocol="prefix-grpo", error=None, variant=None):
