@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.benchmarks.view.records import query_summary
-from agentenvs.benchmarks.view.runs import Run, RunFormatError, add_eval_episodes, finish_meta
+from agentenvs.benchmarks.view.runs import (
+    Run,
+    RunFormatError,
+    add_eval_episodes,
+    finish_meta,
+    learning_unit_settings,
+)
 from agentenvs.benchmarks.view.training import load_train
 
 __all__ = ["EXPECTED", "KINDS", "REPLAY_STAGES", "default_name", "load_run"]
@@ -97,6 +103,8 @@ def _load_eval(path: Path, name: str) -> Run:
                 for k, v in json.loads((folder / meta_file).read_text()).items()
                 if k not in ("rows", "errors")
             }
+    if folder.name == "eval":  # a learning-benchmark unit's evaluation
+        recorded = learning_unit_settings(folder.parent) | recorded
     run = Run(name, folder, "eval", {})
     add_eval_episodes(run, path, recorded.get("task_ids"))
     finish_meta(run, recorded)

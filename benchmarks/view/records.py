@@ -111,6 +111,7 @@ def trajectory_record(traj: Trajectory) -> dict[str, Any]:
         "metadata": {k: v for k, v in traj.metadata.items() if k != "sampling"},
         "system": system,
         "prefix": prefix,
+        "prefix_actions": None,
         "steps": turns,
     }
 
@@ -158,7 +159,7 @@ _QUERY_NOTES = (
 def query_record(row: dict[str, Any]) -> dict[str, Any]:
     """The full view of one replay query: its teacher prefix up to the cut observation, and the
     teacher's next step (the probe) as its one turn."""
-    messages = row["messages"]
+    messages = row.get("messages") or row.get("prompt_messages") or []  # a sample: its prompt
     system = next((m["content"] for m in messages if m["role"] == "system"), None)
     prefix = [m for m in messages if m["role"] != "system"]
     steps = []
@@ -190,5 +191,6 @@ def query_record(row: dict[str, Any]) -> dict[str, Any]:
         "metadata": {k: row[k] for k in _QUERY_NOTES if row.get(k) is not None},
         "system": system,
         "prefix": prefix if row["prefix_turns"] else [],
+        "prefix_actions": list(row.get("prefix_actions", [])),
         "steps": steps,
     }

@@ -78,7 +78,7 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
         row["episodes"].append(i)
         if run.kind == "replay":
             row["n"] += 1
-            row["c"] += int(e["status"] in (None, "validated"))
+            row["c"] += int(e["status"] == "validated")
         elif e["error"] is not None:
             row["errors"] += 1
         else:

@@ -31,6 +31,7 @@ __all__ = [
     "RunFormatError",
     "add_eval_episodes",
     "finish_meta",
+    "learning_unit_settings",
     "scan_trajectories",
 ]
 
@@ -224,3 +225,13 @@ def _model_of(agent: str | None) -> str | None:
     if kind in ("hf", "vllm", "openai"):
         return rest.split("@")[0]
     return None
+
+
+def learning_unit_settings(unit: Path) -> dict[str, Any]:
+    """What a learning-benchmark unit (``OUT/<arm>/seed-<s>``) records of its evaluation: the
+    benchmark's k and samples per task (``OUT/settings.json``); empty for any other folder."""
+    path = unit.parent.parent / "settings.json"
+    if not unit.name.startswith("seed-") or not path.is_file():
+        return {}
+    settings = json.loads(path.read_text())
+    return {"k": settings.get("eval_k"), "n": settings.get("eval_n")}

@@ -24,6 +24,7 @@ from agentenvs.benchmarks.view.runs import (
     RunFormatError,
     add_eval_episodes,
     finish_meta,
+    learning_unit_settings,
     scan_trajectories,
 )
 
@@ -102,6 +103,7 @@ def _recorded(folder: Path) -> dict[str, Any]:
     recorded: dict[str, Any] = {
         "protocol": protocol.get("protocol"),
         "protocol_settings": protocol.get("settings"),
+        **learning_unit_settings(folder),
     }
     configs = sorted((folder / "checkpoints").glob("step-*/config.json"))
     if configs:

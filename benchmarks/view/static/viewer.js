@@ -291,7 +291,9 @@
         h("div", {}, h("b", {}, "#" + e.sample), " ", outcome(e)),
         h("div", { class: "muted" }, e.turns + " turns" + (e.reward === null ? "" : ", reward " + num(e.reward, 2)) +
           (e.prefix_turns ? ", prefix " + e.prefix_turns : ""))),
-      h("div", { class: "chips" }, e.prefix_turns ? h("span", { class: "badge" }, "cut after " + e.prefix_turns) : null, chips));
+      h("div", { class: "chips" },
+        (e.prefix_actions || []).map((a) => h("span", { class: "chip prefix" }, a)),
+        e.prefix_turns ? h("span", { class: "badge" }, "cut after " + e.prefix_turns) : null, chips));
   }
 
   // The episodes ``ids`` of run ``r``, one line each; ``grouped``: under a heading per group.
@@ -313,7 +315,8 @@
     return h("div", {},
       h("a", { href: "#run/" + r }, "← " + run.name),
       h("h2", { class: "task-title" }, t.task_id),
-      h("div", { class: "muted" }, t.family + ": " + t.c + " of " + t.n + " succeeded" + (t.errors ? ", " + t.errors + " errored" : "") + "; one line per sample, click one for every turn"),
+      h("div", { class: "muted" }, t.family + ": " + t.c + " of " + t.n + (run.kind === "replay" ? " queries validated" : " succeeded") +
+        (t.errors ? ", " + t.errors + " errored" : "") + "; one line per " + (run.kind === "replay" ? "query" : "sample") + ", click one for every turn"),
       linesOf(r, t.episodes));
   }
 

@@ -5,7 +5,11 @@ episodes), and replay queries cut from the expert's episodes and replay-validate
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,3 +72,30 @@ def artifacts(tmp_path_factory) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     print(f"\nagentenvs view screenshots: {folder.resolve()}")
     return folder
+
+
+@contextlib.contextmanager
+def _serving(*runs: Path) -> Iterator[str]:
+    """``agentenvs view RUN ... --port 0`` in its own process; yields its address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentenvs.cli", "view", *map(str, runs), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        while line and not line.startswith("serving"):
+            line = proc.stdout.readline()
+        assert line.startswith(f"serving {len(runs)} run(s) at http://127.0.0.1:"), line
+        yield line.split(" at ")[1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def serve_view() -> Callable[..., contextlib.AbstractContextManager[str]]:
+    """``with serve_view(run, ...) as url``: a real server of those runs on 127.0.0.1."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    return _serving

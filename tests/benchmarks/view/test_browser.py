@@ -7,8 +7,6 @@ Skipped, with the reason, where Chromium or Playwright is not installed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,21 +63,11 @@ def _signed(x: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def served_learning(view_runs) -> Iterator[str]:
-    """``agentenvs view`` of the learning benchmark's SFT and PTGPO units of seed 0, served."""
-    pytest.importorskip("fastapi")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentenvs.cli", "view", str(view_runs.sft),
-         str(view_runs.ptgpo), str(view_runs.replay), "--port", "0"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    line = proc.stdout.readline()
-    while line and not line.startswith("serving"):
-        line = proc.stdout.readline()
-    assert line.startswith("serving 3 run(s) at http://127.0.0.1:"), line
-    yield line.split(" at ")[1].strip()
-    proc.terminate()
-    proc.wait(timeout=30)
+def served_learning(view_runs, serve_view) -> Iterator[str]:
+    """``agentenvs view`` of the learning benchmark's SFT and PTGPO units of seed 0 and the
+    replay queries, served."""
+    with serve_view(view_runs.sft, view_runs.ptgpo, view_runs.replay) as url:
+        yield url
 
 
 def test_exported_expert_run_and_comparison(browser, view_runs, artifacts, tmp_path):

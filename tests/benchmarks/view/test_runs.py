@@ -9,8 +9,6 @@ import gzip
 import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ import pytest
 from agentenvs.agents.trajectory import StepRecord, Trajectory, write_trajectories
 from agentenvs.benchmarks.view.load import load_run
 from agentenvs.benchmarks.view.page import export_html, index
+from agentenvs.benchmarks.view.records import query_record
 from agentenvs.benchmarks.view.report import compare, overview, task_rows
 from agentenvs.benchmarks.view.runs import RunFormatError
 
@@ -47,6 +46,7 @@ def test_kinds_are_told_from_the_files(view_runs, tmp_path):
     assert load_run(view_runs.expert / "trajectories.jsonl").kind == "eval"
     sft = load_run(view_runs.sft)  # the learning unit's evaluation, in eval/
     assert sft.kind == "eval" and sft.path == view_runs.sft / "eval" and sft.name == "sft/seed-0"
+    assert sft.meta["k"] == 8 and sft.meta["n"] == 8  # the benchmark's eval_k, eval_n
     assert load_run(view_runs.ptgpo).kind == "train"
     assert load_run(view_runs.replay).kind == "replay"
     assert load_run(view_runs.replay.parent).meta["file"] == "validated.jsonl"  # latest stage
@@ -161,6 +161,12 @@ def test_replay_queries_show_their_prefix_and_cut(view_runs):
     assert len([m for m in record["prefix"] if m["role"] == "assistant"]) == record["prefix_turns"]
     assert record["status"] == "validated" and record["steps"][0]["info"]["probe"]
     assert overview(run)[0]["title"] == "queries by cut strategy and validation status"
+    # a sidecar stage row holds the canonical prompt instead of the recorded messages
+    row = json.loads(run.store.read(run.refs[cut]))
+    sample = {k: v for k, v in row.items() if k != "messages"} | {
+        "prompt_messages": row["messages"]
+    }
+    assert query_record(sample)["prefix"] == record["prefix"]
 
 
 def test_export_inlines_the_same_index_and_gzipped_episodes(view_runs, tmp_path):
@@ -191,19 +197,9 @@ def test_eval_prints_the_view_command(tmp_path, capsys):
 
 
 @pytest.fixture
-def served(view_runs):
-    pytest.importorskip("fastapi")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentenvs.cli", "view", str(view_runs.expert), "--port", "0"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    line = proc.stdout.readline()
-    while line and not line.startswith("serving"):
-        line = proc.stdout.readline()
-    assert line.startswith("serving 1 run(s) at http://127.0.0.1:"), line
-    yield line.split(" at ")[1].strip()
-    proc.terminate()
-    proc.wait(timeout=30)
+def served(view_runs, serve_view):
+    with serve_view(view_runs.expert) as url:
+        yield url
 
 
 def test_server_routes_and_one_error_shape(served, view_runs):
