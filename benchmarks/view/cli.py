@@ -61,6 +61,7 @@ def serve(runs: Sequence, host: str, port: int) -> None:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {len(runs)} run(s) at http://{shown}:{sock.getsockname()[1]}/", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

@@ -5,17 +5,17 @@
 1. The run: ``agentenvs eval Sokoban-v0 --agent random:1 --split train --limit 10000 -k 1``
    (10,000 tasks, one episode each, so the task list has 10,000 rows; kept in ``OUT/run`` and
    reused by a rerun).
-2. Python: reading the run (:func:`agentenvs.benchmarks.view.runs.load_run`, what the server
+2. Python: reading the run (:func:`agentenvs.benchmarks.view.load.load_run`, what the server
    does before it listens) and writing the export.
 3. Chromium (the system's, headless, through Playwright: :mod:`agentenvs.benchmarks.view.browser`):
    the exported file (``file://``) and the served page (``agentenvs view RUN --port 0`` on
-   127.0.0.1) are each opened :data:`OPENS` times in a fresh tab; "open" is the page's own clock
-   (``performance.now()``, from the start of navigation) when the overview and the task list
-   are on screen (the frame after the first render), and the wall time of Playwright's
-   ``goto`` until then. Then the last episode is opened (decoded from its gzipped chunk, or
-   fetched), and the task list is scrolled from top to bottom, 20 rows per animation frame,
-   recording every frame's interval and the rows the page holds (the list renders only what
-   is in view).
+   127.0.0.1) are each opened :data:`OPENS` times (``--opens``) in a fresh tab; "open" is the
+   page's own clock (``performance.now()``, from the start of navigation) when the overview and
+   the task list are on screen (the frame after the first render), and the wall time of
+   Playwright's ``goto`` until then. Then the last episode is opened (decoded from its
+   gzipped chunk, or fetched), and the task list is scrolled from top to bottom, 20 rows per
+   animation frame, recording every frame's interval and the rows the page holds (the list
+   renders only what is in view).
 
 The figures go to ``OUT/load_time.json`` and, with ``--publish DIR``, ``DIR/load-time.md`` and
 ``DIR/load-time.json`` (with the machine, the browser and the date). The target is the issue's
@@ -63,9 +63,8 @@ def build_run(out: Path, episodes: int) -> Path:
     command = [
         sys.executable, "-m", "agentenvs.cli", "eval", "Sokoban-v0", "--agent", "random:1",
         "--split", "train", "--limit", str(episodes), "-k", "1", "--out", str(out),
-        "--no-progress",
     ]  # fmt: skip
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)  # its progress bar shows
     return out
 
 
@@ -74,10 +73,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure_page(browser: Any, url: str, last_episode: int) -> dict[str, Any]:
-    """Open ``url`` :data:`OPENS` times; then one episode and a full scroll of the task list."""
+def measure_page(browser: Any, url: str, last_episode: int, times: int = OPENS) -> dict[str, Any]:
+    """Open ``url`` ``times`` times; then one episode and a full scroll of the task list."""
     opens, walls = [], []
-    for _ in range(OPENS):
+    for _ in range(times):
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         clock = time.perf_counter()
         page.goto(url)
@@ -96,7 +95,7 @@ def measure_page(browser: Any, url: str, last_episode: int) -> dict[str, Any]:
     page.wait_for_selector(".vrow")
     scroll = page.evaluate(_SCROLL, SCROLL_ROWS_PER_FRAME)
     page.close()
-    frames = scroll["frames"]
+    frames = scroll["frames"] or [0.0]  # a list that fits its box does not scroll
     return {
         "open_s_median": statistics.median(opens),
         "open_s": opens,
@@ -106,7 +105,7 @@ def measure_page(browser: Any, url: str, last_episode: int) -> dict[str, Any]:
         "frame_ms_median": statistics.median(frames),
         "frame_ms_p95": _percentile(frames, 0.95),
         "frame_ms_max": max(frames),
-        "rows_in_page_max": max(scroll["held"]),
+        "rows_in_page_max": max(scroll["held"] or [0]),
     }
 
 
@@ -146,8 +145,8 @@ def _machine(browser_version: str) -> dict[str, Any]:
 def format_report(record: dict[str, Any]) -> str:
     """``load-time.md``: what was measured and the figures."""
     rows = [
-        f"| page | open (median of {OPENS}) | wall, goto to rendered | open the last episode | "
-        "scroll frame median / p95 / max | rows in the page |",
+        f"| page | open (median of {record['opens']}) | wall, goto to rendered | open the last "
+        "episode | scroll frame median / p95 / max | rows in the page |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in record["pages"].items():
@@ -160,7 +159,7 @@ def format_report(record: dict[str, Any]) -> str:
     met = all(r["open_s_median"] < TARGET_OPEN_S for r in record["pages"].values())
     return "\n".join(
         [
-            "# agentenvs view: load time of a 10,000-episode run",
+            f"# agentenvs view: load time of a {record['episodes']:,}-episode run",
             "",
             f"Written by `python -m agentenvs.benchmarks.view.load_time` on {record['date']}: "
             f"{m['cpu_model']} ({m['cpus']} CPUs, load average {m['load_average']}), "
@@ -189,28 +188,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/view-load"))
     parser.add_argument("--episodes", type=int, default=10_000)
+    parser.add_argument("--opens", type=int, default=OPENS, help=f"opens per page ({OPENS})")
     parser.add_argument("--publish", type=Path, default=None, help="copy the report here")
     args = parser.parse_args(argv)
     from agentenvs.benchmarks.view.browser import launch, sync_playwright
     from agentenvs.benchmarks.view.load import load_run
     from agentenvs.benchmarks.view.page import export_html
 
+    print(f"the run: {args.episodes} episodes in {args.out / 'run'}", flush=True)
     run_dir = build_run(args.out / "run", args.episodes)
+    print("reading it, exporting it, serving it", flush=True)
     clock = time.perf_counter()
     run = load_run(run_dir)
     load_s = time.perf_counter() - clock
     clock = time.perf_counter()
-    exported = export_html([run], args.out / "view.html")
+    exported = export_html([run], args.out / "view.html").resolve()
+    last = len(run.episodes) - 1
     export_s = time.perf_counter() - clock
     server, url, serve_s = _serve(run_dir)
     try:
         with sync_playwright() as playwright:
             browser = launch(playwright)
+            print(f"Chromium {browser.version}: {args.opens} opens of each page", flush=True)
             pages = {
-                "exported file": measure_page(
-                    browser, exported.resolve().as_uri(), len(run.episodes) - 1
-                ),
-                "served": measure_page(browser, url, len(run.episodes) - 1),
+                "exported file": measure_page(browser, exported.as_uri(), last, args.opens),
+                "served": measure_page(browser, url, last, args.opens),
             }
             version = browser.version
             browser.close()
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "export_mb": exported.stat().st_size / 1e6,
         "python": {"load_s": load_s, "export_s": export_s, "serve_s": serve_s},
         "pages": pages,
+        "opens": args.opens,
         "target_open_s": TARGET_OPEN_S,
     }
     (args.out / "load_time.json").write_text(json.dumps(record, indent=2) + "\n")

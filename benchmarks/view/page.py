@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import math
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -23,7 +24,15 @@ from typing import Any
 from agentenvs.benchmarks.view.report import compare, overview, run_k, task_rows
 from agentenvs.benchmarks.view.runs import Run
 
-__all__ = ["EXPORT_CHUNK", "INDEX_SCHEMA_VERSION", "export_html", "index", "page_html", "static"]
+__all__ = [
+    "EXPORT_CHUNK",
+    "INDEX_SCHEMA_VERSION",
+    "dumps",
+    "export_html",
+    "index",
+    "page_html",
+    "static",
+]
 
 INDEX_SCHEMA_VERSION = 1
 EXPORT_CHUNK = 64  # episodes per gzipped chunk: a task's k samples usually share one
@@ -73,16 +82,34 @@ def index(runs: Sequence[Run]) -> dict[str, Any]:
     }
 
 
+def dumps(value: Any) -> str:
+    """Strict JSON, which the browser parses: a non-finite number (NaN, infinity) is null."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return dumps(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _script_json(value: Any) -> str:
     """JSON safe inside a ``<script>`` element (no ``</script>``, no ``<!--``)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    return dumps(value).replace("<", "\\u003c")
 
 
 def _chunks(run: Run, size: int) -> list[str]:
     out = []
     for start in range(0, len(run.episodes), size):
         records = [run.record(i) for i in range(start, min(start + size, len(run.episodes)))]
-        raw = json.dumps(records, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        raw = dumps(records).encode("utf-8")
         out.append(base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii"))
     return out
 

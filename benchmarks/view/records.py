@@ -71,11 +71,14 @@ def split_prefix(traj: Trajectory) -> tuple[list[dict[str, str]], list[dict[str,
 
 
 def _logprob_stats(logprobs: list[float] | None) -> dict[str, float] | None:
+    """Sum, mean and min of a turn's finite log-probs (None: none recorded)."""
     if not logprobs:
         return None
     finite = [x for x in logprobs if math.isfinite(x)]
+    if not finite:
+        return None
     total = sum(finite)
-    return {"sum": total, "mean": total / len(finite) if finite else 0.0, "min": min(finite)}
+    return {"sum": total, "mean": total / len(finite), "min": min(finite)}
 
 
 def trajectory_record(traj: Trajectory) -> dict[str, Any]:

@@ -13,7 +13,6 @@ episode, 422 for a path that is not a number).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,15 +22,14 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentenvs.benchmarks.view.page import index, page_html, static
+from agentenvs.benchmarks.view.page import dumps, index, page_html, static
 from agentenvs.benchmarks.view.runs import Run
 
 __all__ = ["create_app"]
 
 
 def _json(payload: Any, status: int = 200) -> Response:
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(dumps(payload), status_code=status, media_type="application/json")
 
 
 def _error(status: int, type_: str, message: str) -> Response:

@@ -224,7 +224,7 @@
               its.map((it) => h("tr", {},
                 h("td", {}, h("a", { href: "#run/" + r + "/iteration/" + it.step }, "iteration " + it.step)),
                 h("td", { class: "num" }, it.episodes.length), h("td", { class: "num" }, pct(it.success))))))
-        : h("div", { class: "muted" }, "no sampled episodes saved (the run predates save_episodes, or it was off)"));
+        : h("div", { class: "muted" }, "no sampled episodes in episodes/ (train rl writes them unless save_episodes=false)"));
   }
 
   const SORTS = {
@@ -245,6 +245,7 @@
         options.map(([value, label]) => h("option", { value, selected: state[key] === value }, label)));
       return node;
     };
+    const sort = select("sort", Object.keys(SORTS).map((s) => [s, "sort: " + s]));
     const text = h("input", { placeholder: "task id contains", value: state.text, oninput: () => { state.text = text.value; refresh(); } });
     function refresh() {
       let tasks = run.tasks.filter((t) =>
@@ -257,7 +258,7 @@
       const columns = "minmax(160px, 2fr) minmax(90px, 1fr) 90px 130px 80px 60px";
       const head = h("div", { class: "vhead" }, h("span", {}, "task"), h("span", {}, "family"),
         h("span", {}, replay ? "validated" : "successes"),
-        h("span", { "data-sort": "rate", onclick: () => { state.sort = state.sort === "success, low first" ? "success, high first" : "success, low first"; refresh(); } }, "success rate ↕"),
+        h("span", { "data-sort": "rate", onclick: () => { state.sort = state.sort === "success, low first" ? "success, high first" : "success, low first"; sort.value = state.sort; refresh(); } }, "success rate ↕"),
         h("span", {}, replay ? "" : "Pass@" + (run.meta.k || "k")), h("span", {}, "errors"));
       head.style.gridTemplateColumns = columns;
       listBox.replaceChildren(head, virtualList(tasks, 28, columns, (t) => [
@@ -270,7 +271,7 @@
       select("family", [["", "every family"], ...families.map((f) => [f, f])]),
       select("outcome", [["", "any outcome"], ["all", "all samples succeeded"], ["some", "some succeeded"], ["none", "none succeeded"]]),
       select("error", [["", "errors or not"], ["with", "with errors"], ["without", "without errors"]]),
-      select("sort", Object.keys(SORTS).map((s) => [s, "sort: " + s])), text, count);
+      sort, text, count);
     refresh();
     return h("div", {}, h("h3", {}, replay ? "tasks (queries by task)" : "tasks"), controls, listBox);
   }
@@ -355,7 +356,7 @@
       h("div", {}, s.action === null ? h("span", { class: "lost" }, "none (the reply had no action)") : h("code", { class: "action" }, s.action)),
       fields ? [h("div", { class: "label" }, "fields"), h("pre", {}, JSON.stringify(fields))] : null,
       info ? [h("div", { class: "label" }, "info"), h("pre", {}, JSON.stringify(info))] : null,
-      s.logprobs ? h("details", {}, h("summary", {}, "log-probs of the " + s.logprobs.length + " generated tokens"), h("pre", {}, s.logprobs.map((x) => x.toFixed(3)).join(" "))) : null,
+      s.logprobs ? h("details", {}, h("summary", {}, "log-probs of the " + s.logprobs.length + " generated tokens"), h("pre", {}, s.logprobs.map((x) => (x === null ? "-inf" : x.toFixed(3))).join(" "))) : null,
       s.result !== null && (!next || next.observation !== s.result)
         ? [h("div", { class: "label" }, !next ? "last observation" : s.action === null ? "feedback (the environment was not stepped)" : "answer"), h("pre", {}, s.result)]
         : null);

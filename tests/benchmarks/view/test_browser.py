@@ -7,6 +7,9 @@ Skipped, with the reason, where Chromium or Playwright is not installed."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,14 +24,23 @@ from agentenvs.benchmarks.view.report import compare
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def chromium() -> str:
+    """The system's Chromium, and Playwright to drive it; else the tests skip, saying why."""
     try:
-        find_chromium()
-        from agentenvs.benchmarks.view.browser import launch, sync_playwright
-
-        playwright = sync_playwright().start()
+        path = find_chromium()
+        import playwright  # noqa: F401
     except ChromiumMissing as exc:
         pytest.skip(f"no browser for the page tests: {exc}")
+    except ImportError:
+        pytest.skip("no Playwright for the page tests: pip install playwright")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(chromium) -> Iterator[Any]:
+    from agentenvs.benchmarks.view.browser import launch, sync_playwright
+
+    playwright = sync_playwright().start()
     browser = launch(playwright)
     yield browser
     browser.close()
@@ -156,3 +168,18 @@ def test_served_learning_runs_training_and_replay(browser, served_learning, view
     assert "teacher prefix" in tab.text() and "validated" in tab.text()
     tab.shot("served-replay-query")
     tab.close()
+
+
+def test_load_time_benchmark_runs(chromium, tmp_path):
+    """The load-time benchmark's command end to end on a small run: its report, and a list
+    that holds only the rows in view."""
+    doc = tmp_path / "doc"
+    command = ["-m", "agentenvs.benchmarks.view.load_time", "--out", str(tmp_path)]
+    command += ["--episodes", "60", "--opens", "1", "--publish", str(doc)]
+    subprocess.run([sys.executable, *command], check=True, timeout=300)
+    record = json.loads((doc / "load-time.json").read_text())
+    assert record["episodes"] == 60 and set(record["pages"]) == {"exported file", "served"}
+    for page in record["pages"].values():
+        assert 0 < page["open_s_median"] and page["scroll_frames"] >= 1
+        assert page["rows_in_page_max"] < 60
+    assert "load time of a 60-episode run" in (doc / "load-time.md").read_text()

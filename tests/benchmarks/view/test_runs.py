@@ -15,7 +15,7 @@ import pytest
 
 from agentenvs.agents.trajectory import StepRecord, Trajectory, write_trajectories
 from agentenvs.benchmarks.view.load import load_run
-from agentenvs.benchmarks.view.page import export_html, index
+from agentenvs.benchmarks.view.page import dumps, export_html, index
 from agentenvs.benchmarks.view.records import query_record
 from agentenvs.benchmarks.view.report import compare, overview, task_rows
 from agentenvs.benchmarks.view.runs import RunFormatError
@@ -181,6 +181,11 @@ def test_export_inlines_the_same_index_and_gzipped_episodes(view_runs, tmp_path)
     assert sum(
         len(json.loads(gzip.decompress(base64.b64decode(c)))) for c in packed["runs"][0]
     ) == len(runs[0].episodes)
+
+
+def test_page_json_is_strict():
+    """A non-finite number (a -inf log-prob, a NaN metric) would break the browser's parser."""
+    assert dumps({"lp": [-0.5, float("-inf")], "m": float("nan")}) == '{"lp":[-0.5,null],"m":null}'
 
 
 def test_eval_prints_the_view_command(tmp_path, capsys):
