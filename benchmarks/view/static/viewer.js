@@ -323,7 +323,7 @@
 
   function iterationView(r, step) {
     const run = data.runs[r];
-    const it = run.training.iterations.find((x) => x.step === step);
+    const it = run.training && run.training.iterations.find((x) => x.step === step);
     if (!it) return h("p", { class: "note" }, "no sampled episodes of iteration " + step);
     return h("div", {}, h("a", { href: "#run/" + r }, "← " + run.name),
       h("h2", {}, "iteration " + step + ": " + it.episodes.length + " sampled episodes"),
