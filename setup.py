@@ -27,8 +27,12 @@ def namespace_packages() -> list[str]:
     return sorted(names)
 
 
-# Data files that ship inside the packages (environment data, templates, the kernel source).
-PACKAGE_DATA = ["*.json", "*.json.gz", "*.tar.gz", "*.txt", "*.html", "*.j2", "*.md", "*.c", "*.yaml"]
+# Data files that ship inside the packages (environment data, templates, the kernel source, the
+# viewer's page).
+PACKAGE_DATA = [
+    "*.json", "*.json.gz", "*.tar.gz", "*.txt", "*.html", "*.j2", "*.md", "*.c", "*.yaml", "*.js",
+    "*.css",
+]
 
 setup(
     packages=namespace_packages(),

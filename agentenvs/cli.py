@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agentenvs.benchmarks.eval.cli:main",
         "Avg@k / Pass@k of an agent on a split (resumable; tables + plot)",
     ),
+    "view": (
+        "agentenvs.benchmarks.view.cli:view_main",
+        "see eval, train rl and replay runs in a browser; compare two (served or --export)",
+    ),
     "train sft": ("agentenvs.train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),
     "models fetch": (
         "agentenvs.agents.models:fetch_main",

@@ -200,6 +200,7 @@ def _report(result: EvalResult, settings: EvalSettings, argv: list[str], out: Pa
     if result.errors:
         print("\n" + format_errors(result.errors))
     print(f"\n{result.episodes} episodes ({result.new_episodes} new) in {out}")
+    print(f"see them: agentenvs view {out}")
     if result.plot_note:
         print(result.plot_note)
     if result.all_errored:

@@ -26,6 +26,8 @@ def test_wheel_has_one_top_level_package(wheel):
     # data folders without an __init__.py ship too
     assert "agentenvs/textcraft/data/recipes.json.gz" in names
     assert "agentenvs/agents/backends/cpu/kernels.c" in names
+    for page in ("index.html", "viewer.js", "viewer.css"):  # agentenvs view's page
+        assert f"agentenvs/benchmarks/view/static/{page}" in names
 
 
 def test_every_package_folder_is_in_the_wheel(wheel):

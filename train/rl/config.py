@@ -331,6 +331,9 @@ class RLConfig:
     save_every: int = 10
     """Checkpoint every N iterations (and at the end)."""
     keep_checkpoints: int = 3
+    save_episodes: bool = True
+    """Write every iteration's sampled episodes to ``OUT/episodes/step-<n>.jsonl.gz`` (gzipped
+    trajectory lines; a rank's own file under torchrun), which ``agentenvs view`` shows."""
     tensorboard: bool = True
     wandb_project: str | None = None
 

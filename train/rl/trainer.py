@@ -32,6 +32,7 @@ logs and writes the checkpoints (full tensors: they resume on any number of proc
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import sys
@@ -323,6 +324,8 @@ class RLTrainer:
         for ep in episodes:
             if ep.error is not None:
                 self._warn(f"an episode ended on an error (marked, left out): {ep.error}")
+        if cfg.save_episodes:
+            self._save_episodes(iteration, episodes)
         metrics = episode_metrics(episodes)
         metrics.update(
             {
@@ -483,6 +486,16 @@ class RLTrainer:
             keep_last=self.config.keep_checkpoints,
             ctx=self.dist,
         )
+
+    def _save_episodes(self, iteration: int, episodes: list[Episode]) -> None:
+        """The iteration's sampled episodes, gzipped, as metrics.jsonl numbers it (step + 1)."""
+        rank = f".rank{self.dist.rank}" if self.dist.is_distributed else ""
+        path = self.out_dir / "episodes" / f"step-{iteration + 1:07d}{rank}.jsonl.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(ep.trajectory.to_json() + "\n" for ep in episodes)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+        tmp.replace(path)
 
     def _overlong(self) -> tuple[int, int, float] | None:
         ds = self.config.dynamic_sampling
