@@ -119,3 +119,79 @@ def serve_process(env_id: str, *args: str, workers: int = 1) -> Iterator[list[st
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class HangingProxy:
+    """A TCP proxy on 127.0.0.1 to the server at ``upstream`` (a base URL) that forwards every
+    byte both ways until :meth:`hang`; from then on it accepts connections and reads requests
+    but never answers, and forwards nothing (a server whose process and socket live on, stuck).
+    Without ``upstream`` it hangs from the start. ``hang_at=(marker, n)``: it hangs by itself
+    at the ``n``-th request whose bytes hold ``marker`` (that request is never answered).
+    :meth:`close` ends it."""
+
+    def __init__(
+        self, upstream: str | None = None, hang_at: tuple[bytes, int] | None = None
+    ) -> None:
+        from urllib.parse import urlsplit
+
+        self.hang_at = hang_at
+        self.seen = 0
+
+        self.upstream = None
+        if upstream is not None:
+            parts = urlsplit(upstream)
+            self.upstream = (parts.hostname, parts.port)
+        self.hung = threading.Event()
+        if upstream is None:
+            self.hung.set()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(256)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._sockets: list[socket.socket] = []
+        self._clients: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hang(self) -> None:
+        self.hung.set()
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            self._sockets.append(client)
+            self._clients.add(client)
+            if self.hung.is_set():
+                threading.Thread(target=self._pipe, args=(client, None), daemon=True).start()
+                continue
+            upstream = socket.create_connection(self.upstream)
+            self._sockets.append(upstream)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket | None) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if self.hang_at is not None and src in self._clients and self.hang_at[0] in data:
+                self.seen += 1
+                if self.seen >= self.hang_at[1]:
+                    self.hang()
+            if dst is not None and not self.hung.is_set():
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    return
