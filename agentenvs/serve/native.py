@@ -95,19 +95,36 @@ def _reset_json(result: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"observation": observation, "info": info}
 
 
+def _step_item(raw: Any) -> tuple[Any, ...]:
+    """A step item's (session, action). A plain object of two strings passes without pydantic
+    (every turn's path); anything else goes through :class:`StepBody`, which says what is
+    wrong or accepts it."""
+    if type(raw) is dict and len(raw) == 2:
+        session, action = raw.get("session"), raw.get("action")
+        if type(session) is str and type(action) is str:
+            return session, action
+    body = StepBody.model_validate(raw)
+    return body.session, body.action
+
+
+def _reset_item(raw: Any) -> tuple[Any, ...]:
+    """A reset item's (session, task id, seed), checked by :class:`ResetBody`."""
+    body = ResetBody.model_validate(raw)
+    return body.session, body.task_id, body.seed
+
+
 async def _run_batch(
     service: EnvService,
     items: list[Any],
-    model: type[_Body],
+    parse: Callable[[Any], tuple[Any, ...]],
     field: str,
-    operation: Callable[[Session, Any], dict[str, Any]],
+    operation: Callable[..., dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """``operation(session, item)`` for every item of a batch, in order: each result is the
-    single route's answer with its HTTP ``status``; an item's error is the route's error answer
-    in its place (see the module docstring). Every :data:`YIELD_EVERY_S` the batch lets the
-    server answer other requests (its health check: a client tells a long batch from a hung
-    server by asking it)."""
-    validate = model.__pydantic_validator__.validate_python
+    """``operation(session, *rest)`` for every item, ``(session id, *rest) = parse(item)``, in
+    order: each result is the single route's answer with its HTTP ``status``; an item's error is
+    the route's error answer in its place (see the module docstring). Every
+    :data:`YIELD_EVERY_S` the batch lets the server answer other requests (its health check: a
+    client tells a long batch from a hung server by asking it)."""
     get = service.store.get
     envelope = service.envelope
     clock = time.monotonic
@@ -118,9 +135,9 @@ async def _run_batch(
             await asyncio.sleep(0)
             due = clock() + YIELD_EVERY_S
         try:
-            body = validate(raw)
-            session = get(body.session)
-            payload = operation(session, body)
+            session_id, *rest = parse(raw)
+            session = get(session_id)
+            payload = operation(session, *rest)
         except Exception as exc:  # this item's error only; the batch goes on
             error = _item_error(exc, (field, index))
             results.append({"status": error.status, **error.to_json(), **envelope()})
@@ -183,15 +200,17 @@ def add_native_routes(router: Any, service: EnvService) -> None:
 
     @router.post(PREFIX + "/step_batch")
     async def step_batch(body: StepBatchBody) -> Response:
-        results = await _run_batch(service, body.steps, StepBody, "steps",
-                            lambda session, item: _step_json(service.step(session, item.action)))
+        results = await _run_batch(
+            service, body.steps, _step_item, "steps",
+            lambda session, action: _step_json(service.step(session, action)),
+        )
         return reply({"results": results})
 
     @router.post(PREFIX + "/reset_batch")
     async def reset_batch(body: ResetBatchBody) -> Response:
         results = await _run_batch(
-            service, body.resets, ResetBody, "resets",
-            lambda session, item: _reset_json(service.reset(session, item.task_id, item.seed)),
+            service, body.resets, _reset_item, "resets",
+            lambda session, task_id, seed: _reset_json(service.reset(session, task_id, seed)),
         )
         return reply({"results": results})
 
