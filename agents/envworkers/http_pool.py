@@ -120,7 +120,7 @@ class HttpPool(RemotePool):
         self._sessions: dict[int, tuple[str, str]] = {}  # slot -> (server, session id)
         # scripted policies' mirrors and cut-state matching (a slot's environment on first use)
         self._local = EnvHost(self.env_id, self.env_kwargs)
-        self._seen: dict[int, list[tuple]] = {}  # slot -> the server's results, log-aligned
+        self._seen: dict[int, list[Any]] = {}  # slot -> the server's results, log-aligned
         self._mirrored: dict[int, int] = {}  # slot -> log operations applied to its mirror
         try:
             self._variant = self._local_variant()
@@ -185,7 +185,7 @@ class HttpPool(RemotePool):
         if not operations:
             return None
         answers = self._local.replay(operations)
-        seen = self._seen[slot][done:]
+        seen = [_comparable(result) for result in self._seen[slot][done:]]
         for n, (answer, expected) in enumerate(zip(answers, seen, strict=True), start=done):
             if isinstance(answer, EnvFailure) or _comparable(answer) != expected:
                 self._mirrored.pop(slot, None)
@@ -203,22 +203,24 @@ class HttpPool(RemotePool):
         super()._record(op, item, result)
         slot = slot_of(op, item)
         if op == "reset":
-            self._seen[slot] = [_comparable(result)]
+            self._seen[slot] = [result]
             self._mirrored.pop(slot, None)
         elif op == "step" and slot in self._seen:
-            self._seen[slot].append(_comparable(result))
+            self._seen[slot].append(result)
 
     # ----- the transport -----------------------------------------------------------------------
 
     def _start_worker(self, index: int) -> None:
-        """Move worker ``index`` to the next server of the list that is healthy."""
+        """Move worker ``index`` to the next server of the list that is healthy (its health
+        check answered within ``step_timeout_s``, or ``start_timeout_s`` if that is shorter)."""
         n = len(self.urls)
         start = self.urls.index(self._server[index]) + 1
+        timeout = min(self.start_timeout_s, self.step_timeout_s or self.start_timeout_s)
         problems = []
         for k in range(n):
             url = self.urls[(start + k) % n]
             try:
-                self._check_health(url)
+                check_health(self._client, self._httpx, url, self.env_id, timeout)
             except EnvWorkerError as exc:
                 problems.append(str(exc))
                 continue

@@ -12,7 +12,7 @@ processes, Ray actors). Slot ``s`` lives in worker ``s % workers``; a batch goes
 at once and they run in parallel. It adds episode-level fault isolation:
 
 * every slot keeps the log of the operations of its current episode (reset, then every step and
-  scripted ``act``) with a fingerprint of each result;
+  scripted ``act``) with each result (fingerprinted only when a replay is checked against it);
 * when a worker dies (its process exits, its actor is killed, its node goes away, or it gives no
   answer within ``step_timeout_s`` per item and is killed), the pool starts a replacement and
   **retries** each episode that lived there once: it replays the episode's log on the new worker,
@@ -184,7 +184,7 @@ class _EpisodeLog:
     """The operations of one slot's current episode and their results' fingerprints."""
 
     operations: list[tuple[str, tuple]]
-    digests: list[str]
+    results: list[Any]
     retried: bool = False
     lost: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -305,10 +305,10 @@ class RemotePool(EnvWorkerPool):
     def _record(self, op: str, item: tuple, result: Any) -> None:
         slot = slot_of(op, item)
         if op == "reset":
-            self._logs[slot] = _EpisodeLog([(op, item)], [result_digest(result)])
+            self._logs[slot] = _EpisodeLog([(op, item)], [result])
         elif op not in ("end", "drop") and slot in self._logs:
             self._logs[slot].operations.append((op, item))
-            self._logs[slot].digests.append(result_digest(result))
+            self._logs[slot].results.append(result)
 
     # ----- recovery -------------------------------------------------------------------------------
 
@@ -380,8 +380,9 @@ class RemotePool(EnvWorkerPool):
             return True
         log = self._logs.get(slot)
         if log is not None:
-            known = len(log.digests)
-            if [result_digest(a) for a in answers[:known]] != log.digests:
+            known = len(log.results)
+            replayed = [result_digest(a) for a in answers[:known]]
+            if replayed != [result_digest(r) for r in log.results]:
                 why = (
                     f"{reason}; replaying its {known} operations on a new worker gave different "
                     "results (is the environment deterministic?)"
