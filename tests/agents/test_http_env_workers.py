@@ -40,7 +40,7 @@ from agentenvs.agents.rollout import (  # noqa: E402
 )
 from agentenvs.registration import make  # noqa: E402
 
-from ..serve.conftest import HangingProxy, live_server  # noqa: E402
+from ..serve.conftest import HangingProxy, Server, live_server  # noqa: E402
 from .conftest import cut_spec, has_expert, registered_envs  # noqa: E402
 
 TC = "TextCraft-v0"
@@ -49,49 +49,6 @@ CONFIG = RolloutConfig(max_turns=MAX_TURNS, max_active=8)
 ENV_KWARGS = {"max_turns": MAX_TURNS}
 NOTES = "env_worker_failures"
 HEALTH = "/agentenvs/v1/health"
-
-
-class Server:
-    """``agentenvs serve ENV_ID`` in a child process on a free 127.0.0.1 port.
-
-    ``version`` (tests only) makes the server report another agentenvs version."""
-
-    def __init__(self, env_id: str = TC, version: str | None = None, *options: str) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        code = (
-            "import sys, agentenvs\n"
-            "if sys.argv[3]: agentenvs.__version__ = sys.argv[3]\n"
-            "from agentenvs.serve.cli import serve_main\n"
-            "sys.exit(serve_main([sys.argv[1], '--port', sys.argv[2], *sys.argv[4:]]))\n"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, env_id, str(self.port), version or "", *options],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(self.url + HEALTH, timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the test server on {self.url} did not start")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # in case a test stopped it
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(scope="module")

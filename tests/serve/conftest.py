@@ -4,7 +4,10 @@ the test process, and the expert's actions of a task played in process."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -46,9 +49,8 @@ def expert_episode(
     env_id: str, task_id: str, **env_kwargs: Any
 ) -> tuple[list[str], list[float], str]:
     """The expert's actions on ``task_id`` played in process: (actions, rewards, last obs)."""
-    from agentenvs.expert import make_expert
-
     from agentenvs import env_class
+    from agentenvs.expert import make_expert
 
     env = env_class(env_id)(**env_kwargs)
     expert = make_expert(env_id)
@@ -76,9 +78,6 @@ def serve_process(env_id: str, *args: str, workers: int = 1) -> Iterator[list[st
     """``agentenvs serve`` in its own process (its own interpreter: no GIL shared with the
     test's client), on free ports; yields the workers' URLs once all answer /health."""
     import os
-    import signal
-    import subprocess
-    import sys
 
     import requests
 
@@ -195,3 +194,50 @@ class HangingProxy:
                     dst.sendall(data)
                 except OSError:
                     return
+
+
+class Server:
+    """``agentenvs serve ENV_ID`` in a child process on a free 127.0.0.1 port (``proc``; stop it
+    with :meth:`stop`, or kill it to fake a crash). ``version`` (tests only) makes the server
+    report another agentenvs version; ``options`` go to ``agentenvs serve``."""
+
+    def __init__(
+        self, env_id: str = "TextCraft-v0", version: str | None = None, *options: str
+    ) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        code = (
+            "import sys, agentenvs\n"
+            "if sys.argv[3]: agentenvs.__version__ = sys.argv[3]\n"
+            "from agentenvs.serve.cli import serve_main\n"
+            "sys.exit(serve_main([sys.argv[1], '--port', sys.argv[2], *sys.argv[4:]]))\n"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, env_id, str(self.port), version or "", *options],
+            stdout=subprocess.DEVNULL,
+        )
+        import requests
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(self.url + "/agentenvs/v1/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the test server on {self.url} did not start")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # in case a test stopped it
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
