@@ -176,3 +176,13 @@ def test_a_long_batch_lets_a_health_check_through() -> None:
         batch.join(30)
     assert health.status_code == 200 and waited < 1.0
     assert [s for s, _ in answer[0]] == [200] * 20
+
+
+def test_the_batch_routes_are_on_the_openenv_api_too() -> None:
+    pytest.importorskip("openenv")
+    with live_server(build_app(TC, "openenv")) as url:
+        c = Client(url)
+        sid = c.session()
+        resets = c.batch("/reset_batch", "resets", [{"session": sid, "task_id": "agentgym/1"}])
+        steps = c.batch("/step_batch", "steps", [{"session": sid, "action": "inventory"}])
+    assert resets[0][0] == steps[0][0] == 200 and steps[0][1]["info"]["turn"] == 1
