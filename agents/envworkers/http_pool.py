@@ -53,6 +53,7 @@ from agentenvs.agents.envworkers.host import CutStateError, EnvFailure, EnvHost,
 from agentenvs.agents.envworkers.http_transport import (
     API_PREFIX,
     DEFAULT_START_TIMEOUT_S,
+    GONE_STATUSES,
     DaemonThreads,
     _EnvError,
     _Refused,
@@ -73,7 +74,6 @@ from agentenvs.agents.envworkers.pool import (
 
 __all__ = ["HttpPool"]
 
-_GONE_STATUSES = (404, 410)  # the server no longer has the session
 _JSON = {"content-type": "application/json"}
 
 
@@ -333,7 +333,7 @@ class HttpPool(RemotePool):
         for item, answer in zip(items, answers, strict=True):
             if answer["status"] == 200:
                 results.append((answer["observation"], answer["info"]))
-            elif answer["status"] in _GONE_STATUSES:  # expired between episodes: a new session
+            elif answer["status"] in GONE_STATUSES:  # expired between episodes: a new session
                 results.append(self._apply(url, "reset", item))
             else:
                 results.append(self._item_failure(url, "reset_batch", answer))

@@ -22,6 +22,7 @@ from agentenvs.agents.envworkers.pool import EnvWorkerError
 __all__ = [
     "API_PREFIX",
     "DEFAULT_START_TIMEOUT_S",
+    "GONE_STATUSES",
     "DaemonThreads",
     "answer_json",
     "check_health",
@@ -31,7 +32,7 @@ __all__ = [
 
 API_PREFIX = "/agentenvs/v1"
 DEFAULT_START_TIMEOUT_S = 30.0
-_GONE_STATUSES = (404, 410)  # the server no longer has the session: its environment is lost
+GONE_STATUSES = (404, 410)  # the server no longer has the session: its environment is lost
 
 
 class _ServerGone(Exception):
@@ -120,7 +121,7 @@ def item_error(status: int, payload: Any, route: str) -> Exception:
     if not isinstance(error, dict):
         error = {"type": "HTTPError", "message": str(payload)}
     kind, message = str(error.get("type")), str(error.get("message"))
-    if status in _GONE_STATUSES and route != "sessions":
+    if status in GONE_STATUSES and route != "sessions":
         return _ServerGone(f"lost the session ({status} {kind}: {message})", session_lost=True)
     return _EnvError(status, kind, message)
 

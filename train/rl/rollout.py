@@ -38,6 +38,7 @@ __all__ = [
     "episode_spec",
     "failed_groups",
     "failure_fix",
+    "failure_metrics",
     "resolve_history",
 ]
 
@@ -172,6 +173,18 @@ def failed_groups(episodes: Sequence[Episode]) -> set[str]:
     """The groups with an episode that ended on an error: left out of the update whole (a group
     without its failed member would compare the others against a biased baseline)."""
     return {ep.group_id for ep in episodes if ep.error is not None}
+
+
+def failure_metrics(episodes: Sequence[Episode], dropped_groups: int) -> dict[str, float]:
+    """``rollout/failed_episodes`` (failed after their retries), ``rollout/dropped_groups``
+    and ``rollout/retried_episodes`` (played again at least once)."""
+    return {
+        "rollout/failed_episodes": float(sum(ep.error is not None for ep in episodes)),
+        "rollout/dropped_groups": float(dropped_groups),
+        "rollout/retried_episodes": float(
+            sum(bool(ep.trajectory.metadata.get("failed_attempts")) for ep in episodes)
+        ),
+    }
 
 
 # what to do about an episode's error, by what its message says (the first match wins)

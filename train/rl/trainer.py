@@ -66,6 +66,7 @@ from agentenvs.train.rl.rollout import (
     collect_episodes,
     failed_groups,
     failure_fix,
+    failure_metrics,
 )
 from agentenvs.train.rl.starts import StartStream, load_query_starts, task_starts
 from agentenvs.train.rl.update import (
@@ -151,6 +152,7 @@ class RLTrainer:
         self._warned: set[str] = set()
         self.last_checkpoint: Path | None = None
         self.env_pool: EnvWorkerPool | None = None
+        self.failures: list[str] = []  # the last rollout step's episodes' errors, after retries
 
     # ----- setup ----------------------------------------------------------------------------
 
@@ -315,15 +317,13 @@ class RLTrainer:
             kept_total = int(self.dist.sum([len(kept_groups)])[0])
             if kept_total >= cfg.prompts_per_iteration:
                 break
-        self._check_failures(iteration, episodes)
+        self.failures = [ep.error for ep in episodes if ep.error is not None]
+        for error in self.failures:
+            self._warn(f"an episode failed after its retries (its group left out): {error}")
         metrics = episode_metrics(episodes)
         metrics.update(
             {
-                "rollout/failed_episodes": float(sum(ep.error is not None for ep in episodes)),
-                "rollout/dropped_groups": float(dropped_groups),
-                "rollout/retried_episodes": float(
-                    sum(bool(ep.trajectory.metadata.get("failed_attempts")) for ep in episodes)
-                ),
+                **failure_metrics(episodes, dropped_groups),
                 "rollout/rounds": float(round_ + 1),
                 "rollout/groups_trained": float(len(kept_groups)),
                 "rollout/generated_tokens": float(stats.generated_tokens),
@@ -404,6 +404,7 @@ class RLTrainer:
             self._stop_on_failures(
                 f"iteration {it}: the environment workers failed: {exc}", str(exc), exc
             )
+        self._check_failures(it, metrics["rollout/episodes"])
         sleep = getattr(self.policy, "sleep", None)
         if callable(sleep):  # a colocated engine gives its memory to the update
             sleep()
@@ -474,13 +475,11 @@ class RLTrainer:
             self._warn(f"queries left out of {data.queries}: {skipped}")
         return starts
 
-    def _check_failures(self, iteration: int, episodes: list[Episode]) -> None:
-        """Report each distinct error once; stop the run when more than
-        ``rollout.max_failed_fraction`` of the episodes (over all ranks) failed."""
-        failed = [ep.error for ep in episodes if ep.error is not None]
-        for error in failed:
-            self._warn(f"an episode failed after its retries (its group left out): {error}")
-        n_failed, n_total = (int(x) for x in self.dist.sum([len(failed), len(episodes)]))
+    def _check_failures(self, iteration: int, episodes: float) -> None:
+        """Stop the run when more than ``rollout.max_failed_fraction`` of the iteration's
+        ``episodes`` (over all ranks) failed (:attr:`failures`, set by :meth:`rollout_step`)."""
+        failed = self.failures
+        n_failed, n_total = (int(x) for x in self.dist.sum([len(failed), int(episodes)]))
         limit = self.config.rollout.max_failed_fraction
         if n_total and n_failed / n_total > limit:
             first = failed[0] if failed else "(on another rank)"
