@@ -13,6 +13,7 @@ from typing import Any
 from agentenvs.agents.envworkers import (
     DEFAULT_ENV_TIMEOUT_S,
     ENV_TIMEOUT_HELP,
+    EnvWorkerError,
     parse_env_timeout,
     parse_env_workers,
 )
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nagentenvs eval: interrupted; {stopped_message(argv, out)}", file=sys.stderr)
         return 130
-    except BackendUnavailableError as exc:  # a server down for longer than its retry window
+    except (BackendUnavailableError, EnvWorkerError) as exc:  # a model or environment server
         print(f"agentenvs eval: {exc}\n{stopped_message(argv, out)}", file=sys.stderr)
         return 1
     except MissingDependencyError as exc:  # at gym.make, before any episode

@@ -554,6 +554,28 @@ def test_eval_with_a_server_that_hangs_mid_run(fresh_servers, tmp_path, capsys) 
     assert _records(out / "trajectories.jsonl") == here
 
 
+def test_eval_with_its_only_server_hanging_stops_in_time(tmp_path, capsys) -> None:
+    """The only server stops answering mid-run: eval stops within the timeout's bounds with the
+    finished episodes on disk and the command that resumes the run."""
+    from agentenvs.benchmarks.eval.cli import main
+
+    server = Server()
+    proxy = HangingProxy(server.url, hang_at=(b"/step_batch", 3))
+    out = tmp_path / "hung"
+    argv = [TC, "--agent", "expert", "-k", "2", "--limit", "4", "--no-progress",
+            "--out", str(out), "--env-workers", proxy.url, "--env-timeout", "1"]
+    try:
+        t0 = time.monotonic()
+        assert main(argv) == 1
+        assert time.monotonic() - t0 < 60
+    finally:
+        proxy.close()
+        server.stop()
+    err = capsys.readouterr().err
+    assert f"no server is left: no agentenvs server answers at {proxy.url}" in err
+    assert "--env-workers" in err and "finished" in err
+
+
 def test_train_rl_cli_over_two_servers(two_servers, tiny_model_dir, tmp_path) -> None:
     pytest.importorskip("transformers")
     from agentenvs.cli import main
