@@ -464,6 +464,44 @@ def test_a_server_that_never_answers_fails_the_start_in_time() -> None:
         proxy.close()
 
 
+def test_a_replay_environment_on_a_hung_server_is_lost_in_time() -> None:
+    """Replay validation's environments (one session each) have the same deadline: a step on a
+    server that stopped answering ends in ServerLost, and every later call fails at once."""
+    from agentenvs.agents.envworkers.http_env import HttpEnv, ServerLost
+
+    server = Server()
+    proxy = HangingProxy(server.url)
+    client = httpx.Client()
+    try:
+        local = make(TC, **ENV_KWARGS)
+        env = HttpEnv(proxy.url, TC, dict(ENV_KWARGS), local, client, httpx, timeout_s=1.0)
+        env.reset(options={"task_id": "agentgym/0"})
+        proxy.hang()
+        t0 = time.monotonic()
+        with pytest.raises(ServerLost, match="gave no answer to /step in time"):
+            env.step("inventory")
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(ServerLost):
+            env.snapshot()
+    finally:
+        client.close()
+        proxy.close()
+        server.stop()
+
+
+def test_env_timeout_flags() -> None:
+    from agentenvs.agents.envworkers import parse_env_timeout
+    from agentenvs.replay.cli import validate_main
+
+    assert parse_env_timeout("2.5") == 2.5
+    assert parse_env_timeout("0") is parse_env_timeout("none") is None
+    for bad in ("-1", "x", "inf"):
+        with pytest.raises(ValueError, match="--env-timeout takes seconds"):
+            parse_env_timeout(bad)
+    with pytest.raises(SystemExit):
+        validate_main(["q.jsonl", "-o", "out.jsonl", "--env-timeout", "-1"])
+
+
 def test_sessions_that_expired_between_runs_are_made_again(undisturbed) -> None:
     """A pool kept open across runs (a trainer's) outlives its idle sessions: a new episode
     makes a new session, nothing is retried."""
