@@ -69,7 +69,8 @@ class Faults:
         self.resets: Counter[str] = Counter()
         self.poisoned: list[object] = []
         self.closed: list[object] = []
-        real_reset, real_step, real_close = TextCraftEnv.reset, TextCraftEnv.step, TextCraftEnv.close
+        real_reset, real_step = TextCraftEnv.reset, TextCraftEnv.step
+        real_close = TextCraftEnv.close
         faults = self
 
         def reset(env, *, seed=None, options=None):
