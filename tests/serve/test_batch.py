@@ -178,6 +178,7 @@ def test_a_long_batch_lets_a_health_check_through() -> None:
     assert [s for s, _ in answer[0]] == [200] * 20
 
 
+@pytest.mark.slow  # openenv's import alone takes most of it
 def test_the_batch_routes_are_on_the_openenv_api_too() -> None:
     pytest.importorskip("openenv")
     with live_server(build_app(TC, "openenv")) as url:
