@@ -11,8 +11,10 @@ environment.
 
 An episode ends when the environment terminates or truncates, when it has used ``max_turns``
 replies (format errors count: each reply is a turn), or on an error (environment exception,
-scripted policy failure); it is then turned into a :class:`~agentenvs.agents.trajectory.Trajectory` and
-handed to ``on_episode`` at once (the evaluator appends it to its JSONL file right there).
+scripted policy failure, an environment worker lost or past ``env_timeout``); it is then turned
+into a :class:`~agentenvs.agents.trajectory.Trajectory` and handed to ``on_episode`` at once (the
+evaluator appends it to its JSONL file right there). The environment of an episode that ended on
+an error is closed, never reused: the next episode in its slot gets a new one.
 
 The k samples of one task form a group: same ``group_id`` (the task id, made unique with
 ``#<n>`` when a task is listed more than once), ``sample_index`` 0..k-1. Backend errors (bad
@@ -54,7 +56,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.agents.envworkers import EnvFailure, EnvWorkerPool, make_env_pool
+from agentenvs.agents.envworkers import (
+    DEFAULT_ENV_TIMEOUT_S,
+    EnvFailure,
+    EnvWorkerPool,
+    make_env_pool,
+    parse_env_workers,
+)
 from agentenvs.agents.episode import Episode
 from agentenvs.agents.policy import Completion, Policy, SamplingParams
 from agentenvs.agents.prompts import EnvPrompt
@@ -95,6 +103,9 @@ class RolloutConfig:
     the backend's arithmetic, where a row's float sums may run in another order in another
     batch: with the embedded agent's defaults every reply of ``agentenvs.benchmarks.rollout_speed``'s
     8 episodes x 4 turns was the same, bit for bit, batched and one at a time (README).
+    ``env_timeout``: seconds one environment operation may take on remote workers (process, Ray,
+    http; None: no limit) before the worker counts as hung
+    (:data:`~agentenvs.agents.envworkers.DEFAULT_ENV_TIMEOUT_S` by default).
     """
 
     max_turns: int | None = None
@@ -105,6 +116,7 @@ class RolloutConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = "default"
     episode_seeds: bool = False
+    env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.protocol not in (None, "default"):
@@ -113,6 +125,14 @@ class RolloutConfig:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.max_active < 1:
             raise ValueError(f"max_active must be >= 1, got {self.max_active}")
+        if self.env_timeout is not None and not self.env_timeout > 0:
+            raise ValueError(f"env_timeout must be > 0 seconds or None, got {self.env_timeout}")
+
+    def pool_options(self) -> dict[str, Any]:
+        """The options of the environment pool ``workers`` names (the timeout of a remote one)."""
+        if parse_env_workers(self.workers).kind == "inprocess":
+            return {}
+        return {"step_timeout_s": self.env_timeout}
 
 
 @dataclass
@@ -240,6 +260,7 @@ def make_rollout_pool(
     make_env_pool`."""
     config = config or RolloutConfig()
     rules = ProtocolRules.of(env_id, config.protocol)
+    options = {**config.pool_options(), **options}
     return make_env_pool(env_id, config.workers, _budget(env_id, config, rules)[1], **options)
 
 
@@ -265,7 +286,7 @@ def run_rollouts(
     max_turns, env_kwargs = _budget(env_id, config, rules)
     if env_pool is not None:
         env_pool.check_compatible(env_id, env_kwargs)
-    runner = env_pool or make_env_pool(env_id, config.workers, env_kwargs)
+    runner = env_pool or make_env_pool(env_id, config.workers, env_kwargs, **config.pool_options())
     env_seconds_before, restarts_before = runner.env_seconds, runner.restarts
     start = time.perf_counter()
     run = _Rollout(
@@ -356,6 +377,8 @@ class _Rollout:
         else:
             self.policy.end_episodes([ep.key])  # frees per-episode backend caches
         notes = self.runner.release(ep.slot)  # environment-worker failures it survived (or not)
+        if ep.error is not None:  # the slot's next episode gets a new environment
+            self.runner.drop([ep.slot])
         metadata = {**self.metadata, **_episode_metadata(ep, notes)}
         traj = _trajectory(self.env_id, self.policy.spec, ep, metadata)
         traj.protocol, traj.variant = self.rules.name, dict(self.variant)

@@ -3,6 +3,7 @@
     python -m agentenvs.benchmarks.serve_speed                      # all five environments
     python -m agentenvs.benchmarks.serve_speed TextCraft-v0 --seconds 10
     python -m agentenvs.benchmarks.serve_speed --clients 1,16,64 --workers 1,2 --json out.json
+    python -m agentenvs.benchmarks.serve_speed TextCraft-v0 --batch-episodes 1,16,64
 
 Per environment, all in the same run:
 
@@ -12,7 +13,12 @@ Per environment, all in the same run:
 * **through the server**: ``agentenvs serve ENV --workers W`` in its own process(es), and C
   clients at once (threads of this process, one keep-alive ``http.client`` connection each, C in
   ``--clients``), each playing the workload through the native routes
-  (``/agentenvs/v1/reset`` and ``/step``); with W workers, client i talks to worker ``i % W``.
+  (``/agentenvs/v1/reset`` and ``/step``); with W workers, client i talks to worker ``i % W``;
+* **batched**: E episodes (E in ``--batch-episodes``) stepped together, one ``step_batch`` (and
+  one ``reset_batch``) request per turn from one client to one server (``--workers 1``), the
+  results decoded; against the same E episodes stepped in process, one loop over them per turn
+  (the baseline of this row); and the largest E through our environment pools, the ``http://``
+  pool (what ``--env-workers http://`` rollouts use) against the in-process pool.
 
 The workload: the scripted expert's longest episode among the first 8 test tasks of each
 environment (ALFWorld: its default game version), played again and again (reset, then its
@@ -22,11 +28,13 @@ steps per second count steps over the whole wall time, resets included. Ratios a
 in-process figures of the same run: server steps/s over one in-process environment's (for
 ``--workers 1``) or over N in-process environments in N processes (for ``--workers N``).
 
-Targets (:data:`TARGET_ADDED_P50_MS`, :data:`TARGET_SHARE_64_CLIENTS`): the server adds at most
-1 ms to a TextCraft step's p50 at 1 client; with 64 clients and ``--workers 2`` it serves at least
-70% of the steps per second that two in-process environments in two processes reach. The clients run on the same machine as the servers and
-share its cores; the load average is recorded, and on a shared machine every figure moves with
-the other work on it.
+Targets (:data:`TARGET_ADDED_P50_MS`, :data:`TARGET_SHARE_64_CLIENTS`, :data:`BATCH_TARGET`):
+the server adds at most 1 ms to a TextCraft step's p50 at 1 client; with 64 clients and
+``--workers 2`` it serves at least 70% of the steps per second that two in-process environments
+in two processes reach; 64 TextCraft episodes stepped in batches through one server reach
+:data:`BATCH_TARGET` of the same steps in process. The clients run on the same machine as the
+servers and share its cores; the load average is recorded, and on a shared machine every figure
+moves with the other work on it.
 """
 
 from __future__ import annotations
@@ -47,9 +55,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_ENVS", "Stats", "Workload", "bench_env", "main", "workload"]
+__all__ = [
+    "BATCH_TARGET",
+    "DEFAULT_ENVS",
+    "Stats",
+    "Workload",
+    "bench_batched",
+    "bench_env",
+    "main",
+    "workload",
+]
 
 DEFAULT_ENVS = ("TextCraft-v0", "Sokoban-v0", "BabyAI-Text-v0", "WebShop-v0", "ALFWorld-v0")
+BATCH_TARGET = 0.5
+"""64 TextCraft episodes in step batches through one server: at least half the steps per second
+of the same episodes in process. Stepping then costs a rollout at most twice what it costs in
+process: the HTTP request is shared by the batch, and what remains per step (the server's
+bookkeeping and the JSON both ways) is of the order of the step itself."""
+BATCH_TARGET_EPISODES = 64
+BATCH_ROUNDS = 3
+"""The batched rows alternate in process and through the server this many times (each a third
+of ``--seconds``) and keep each side's best round: the round least disturbed by other work on a
+shared machine, for both sides alike."""
 V1 = "/agentenvs/v1"
 BIG_BUDGET = 10**6  # the workload's episodes end by themselves; no truncation in between
 TARGET_ADDED_P50_MS = 1.0
@@ -97,9 +124,8 @@ class Stats:
 def workload(env_id: str, candidates: int = 8) -> Workload:
     """The longest of the expert's episodes on the first ``candidates`` test tasks (so resets,
     which cost about a step each, weigh little)."""
-    from agentenvs.expert import make_expert
-
     from agentenvs import env_class
+    from agentenvs.expert import make_expert
 
     env = env_class(env_id)(max_turns=BIG_BUDGET)
     expert = make_expert(env_id)
@@ -282,14 +308,162 @@ def run_through_server(work: Workload, server: Server, clients: int, seconds: fl
     return total
 
 
+# ----- batched -------------------------------------------------------------------------------
+
+
+def run_batch_in_process(work: Workload, episodes: int, seconds: float) -> Stats:
+    """``episodes`` environments of this process playing the workload together, one loop over
+    them per turn (the batched rows' baseline); latencies are per turn."""
+    from agentenvs import env_class
+
+    envs = [env_class(work.env_id)(max_turns=BIG_BUDGET) for _ in range(episodes)]
+    options = {"task_id": work.task_id}
+    for env in envs:  # (warm: the first reset loads data)
+        env.reset(options=options)
+    stats = Stats()
+    clock = time.perf_counter
+    t0 = clock()
+    while clock() - t0 < seconds:
+        for env in envs:
+            env.reset(options=options)
+        for action in work.actions:
+            s = clock()
+            for env in envs:
+                env.step(action)
+            stats.latencies.append(clock() - s)
+        stats.steps += episodes * len(work.actions)
+    stats.seconds = clock() - t0
+    for env in envs:
+        env.close()
+    return stats
+
+
+def run_batch_through_server(
+    work: Workload, server: Server, episodes: int, seconds: float
+) -> Stats:
+    """``episodes`` sessions on the server's first worker playing the workload together: per
+    turn one ``step_batch`` request (per episode start one ``reset_batch``) from one keep-alive
+    connection, its results decoded and checked; latencies are per request."""
+    import orjson
+
+    host, port = server.urls[0]
+    conn = http.client.HTTPConnection(host, port, timeout=120)
+    headers = {"content-type": "application/json"}
+
+    def batch(route: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        conn.request("POST", V1 + route, orjson.dumps(body), headers)
+        response = conn.getresponse()
+        results = orjson.loads(response.read())["results"]
+        if response.status != 200 or any(r["status"] != 200 for r in results):
+            raise RuntimeError(f"{route} answered {response.status}: {results[:1]}")
+        return results
+
+    try:
+        kwargs = {"env_kwargs": {"max_turns": BIG_BUDGET}}
+        sessions = [_request(conn, "POST", V1 + "/sessions", kwargs)["session"]
+                    for _ in range(episodes)]
+        resets = {"resets": [{"session": sid, "task_id": work.task_id} for sid in sessions]}
+        batch("/reset_batch", resets)  # (warm)
+        stats = Stats()
+        clock = time.perf_counter
+        t0 = clock()
+        while clock() - t0 < seconds:
+            batch("/reset_batch", resets)
+            for action in work.actions:
+                s = clock()
+                batch("/step_batch", {"steps": [{"session": sid, "action": action}
+                                                for sid in sessions]})
+                stats.latencies.append(clock() - s)
+            stats.steps += episodes * len(work.actions)
+        stats.seconds = clock() - t0
+        for sid in sessions:
+            _request(conn, "POST", V1 + "/close", {"session": sid})
+    finally:
+        conn.close()
+    return stats
+
+
+def run_pool(work: Workload, pool: Any, episodes: int, seconds: float) -> Stats:
+    """``episodes`` slots of an environment pool (:mod:`agentenvs.agents.envworkers`) playing the
+    workload together: one ``reset`` and one ``step`` call per turn, as a rollout makes them;
+    latencies are per ``step`` call."""
+    from agentenvs.agents.envworkers import EnvFailure
+
+    resets = [(slot, work.task_id) for slot in range(episodes)]
+    pool.reset(resets)  # (warm)
+    stats = Stats()
+    clock = time.perf_counter
+    t0 = clock()
+    while clock() - t0 < seconds:
+        answers = pool.reset(resets)
+        for action in work.actions:
+            s = clock()
+            answers = pool.step([(slot, action) for slot in range(episodes)])
+            stats.latencies.append(clock() - s)
+        failed = [a for a in answers if isinstance(a, EnvFailure)]
+        if failed:
+            raise RuntimeError(f"{pool!r}: {failed[0].error}")
+        stats.steps += episodes * len(work.actions)
+    stats.seconds = clock() - t0
+    return stats
+
+
+def bench_batched(work: Workload, episodes: list[int], seconds: float) -> dict[str, Any]:
+    """The batched rows of one environment: per E in ``episodes``, E episodes in process and in
+    step batches through one server (measured one after the other); for the largest E, the
+    in-process pool and the ``http://`` pool."""
+    from agentenvs.agents.envworkers import HttpPool, InProcessPool
+
+    rows = []
+    server = Server(work.env_id, 1)
+    part = seconds / BATCH_ROUNDS
+    try:
+        run_batch_through_server(work, server, 1, min(0.5, seconds))  # warm: imports, data
+        for n in episodes:
+            base, stats = _best_rounds(
+                lambda n=n: run_batch_in_process(work, n, part),
+                lambda n=n: run_batch_through_server(work, server, n, part),
+            )
+            rows.append({"episodes": n, "in_process": base.summary(), "server": stats.summary(),
+                         "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4)})
+        n = max(episodes)
+        kwargs = {"max_turns": BIG_BUDGET}
+        url = "http://{}:{}".format(*server.urls[0])
+        with InProcessPool(work.env_id, kwargs) as here, HttpPool(
+            work.env_id, [url], kwargs
+        ) as there:
+            base, stats = _best_rounds(
+                lambda: run_pool(work, here, n, part), lambda: run_pool(work, there, n, part)
+            )
+            requests = dict(there.requests)
+    finally:
+        server.close()
+    pools = {"episodes": n, "in_process_pool": base.summary(), "http_pool": stats.summary(),
+             "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4),
+             "requests": requests}
+    return {"rows": rows, "pools": pools}
+
+
+def _best_rounds(baseline: Any, measured: Any) -> tuple[Stats, Stats]:
+    """Each of two measurements run :data:`BATCH_ROUNDS` times, alternating; each one's best."""
+    rounds = [(baseline(), measured()) for _ in range(BATCH_ROUNDS)]
+    best = [max((r[i] for r in rounds), key=lambda st: st.steps_per_s) for i in (0, 1)]
+    return best[0], best[1]
+
+
 # ----- the benchmark -------------------------------------------------------------------------
 
 
 def bench_env(
-    env_id: str, clients: list[int], workers: list[int], seconds: float
+    env_id: str,
+    clients: list[int],
+    workers: list[int],
+    seconds: float,
+    batch_episodes: list[int] | None = None,
 ) -> dict[str, Any]:
     """Every measurement of one environment, as a JSON-ready record."""
     work = workload(env_id)
+    batched = bench_batched(work, batch_episodes, seconds) if batch_episodes else None
     in_proc = {1: run_in_process(work, seconds)}
     for n in workers:
         if n not in in_proc:
@@ -312,7 +486,8 @@ def bench_env(
         finally:
             server.close()
     return {"env_id": env_id, "task_id": work.task_id, "episode_steps": len(work.actions),
-            "in_process": {str(n): s.summary() for n, s in in_proc.items()}, "server": rows}
+            "in_process": {str(n): s.summary() for n, s in in_proc.items()}, "server": rows,
+            "batched": batched}
 
 
 def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -331,6 +506,12 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             f"{TARGET_SHARE_64_CLIENTS:.0%} of 2 in-process environments in 2 "
                             "processes", "measured_ratio": row["ratio_steps_per_s"],
                             "met": row["ratio_steps_per_s"] >= TARGET_SHARE_64_CLIENTS})
+        for row in (r.get("batched") or {}).get("rows", []):
+            if row["episodes"] == BATCH_TARGET_EPISODES:
+                out.append({"target": f"TextCraft: {BATCH_TARGET_EPISODES} episodes in step "
+                            f"batches through one server >= {BATCH_TARGET:.0%} of the same "
+                            "steps in process", "measured_ratio": row["ratio_steps_per_s"],
+                            "met": row["ratio_steps_per_s"] >= BATCH_TARGET})
     return out
 
 
@@ -351,6 +532,22 @@ def format_table(results: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['env_id']} | server | {row['workers']} | {row['clients']} | "
                          f"{row['steps_per_s']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | "
                          f"{row['ratio_steps_per_s']:.3f} | {row['added_p50_ms']:.3f} |")
+    batched = [r for r in results if r.get("batched")]
+    if batched:
+        lines += ["", "| env | episodes | in process steps/s | step batches steps/s | ratio | "
+                  "p50 ms per turn (in process / batch request) |", "|---|---|---|---|---|---|"]
+        for r in batched:
+            for row in r["batched"]["rows"]:
+                here, there = row["in_process"], row["server"]
+                lines.append(f"| {r['env_id']} | {row['episodes']} | {here['steps_per_s']:.0f} | "
+                             f"{there['steps_per_s']:.0f} | {row['ratio_steps_per_s']:.3f} | "
+                             f"{here['p50_ms']:.3f} / {there['p50_ms']:.3f} |")
+            p = r["batched"]["pools"]
+            lines.append(f"| {r['env_id']} | {p['episodes']}, pools | "
+                         f"{p['in_process_pool']['steps_per_s']:.0f} (in-process pool) | "
+                         f"{p['http_pool']['steps_per_s']:.0f} (http pool) | "
+                         f"{p['ratio_steps_per_s']:.3f} | {p['in_process_pool']['p50_ms']:.3f} / "
+                         f"{p['http_pool']['p50_ms']:.3f} |")
     return "\n".join(lines)
 
 
@@ -360,22 +557,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement (default 5)")
     parser.add_argument("--clients", default="1,16,64", help="concurrent clients (default 1,16,64)")
     parser.add_argument("--workers", default="1,2", help="server workers (default 1,2)")
+    parser.add_argument("--batch-episodes", default="1,16,64",
+                        help="episodes stepped together in batches through one server, and in "
+                        "process (default 1,16,64; '' for none)")
     parser.add_argument("--json", type=Path, default=Path("results/serve_speed.json"),
                         help="write the results here (default results/serve_speed.json)")
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
+    batch_episodes = [int(e) for e in args.batch_episodes.split(",") if e.strip()]
     started = datetime.datetime.now(datetime.timezone.utc)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     results = []
     for env_id in args.env_ids or list(DEFAULT_ENVS):
         try:
-            results.append(bench_env(env_id, clients, workers, args.seconds))
+            results.append(bench_env(env_id, clients, workers, args.seconds, batch_episodes))
         except ImportError as exc:  # an optional extra not installed here
             print(f"skipping {env_id}: {exc}", file=sys.stderr)
     record = {"benchmark": "serve_speed", "date": started.isoformat(timespec="seconds"),
               "machine": {**machine(), "load_average_start": load_at_start},
               "seconds": args.seconds, "clients": clients, "workers": workers,
+              "batch_episodes": batch_episodes,
               "results": results, "targets": targets(results)}
     print(format_table(results))
     for t in record["targets"]:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentenvs.agents.envworkers.pool import DEFAULT_ENV_TIMEOUT_S
+
 __all__ = ["cuts_main", "sidecar_main", "validate_main"]
 
 
@@ -71,6 +73,15 @@ def _model_options(parser: argparse.ArgumentParser, required: bool) -> None:
         default=16_384,
         help="rows x longest row of one forward pass (default 16384)",
     )
+
+
+def _env_timeout(text: str) -> float | None:
+    from agentenvs.agents.envworkers import parse_env_timeout
+
+    try:
+        return parse_env_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -160,6 +171,15 @@ def validate_main(argv: list[str]) -> int:
         help="replay on agentenvs serve servers instead of in process: "
         "http://HOST:PORT[,http://HOST2:PORT] (same rows)",
     )
+    parser.add_argument(
+        "--env-timeout",
+        type=_env_timeout,
+        default=DEFAULT_ENV_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"seconds each request to --env-workers servers may take before the server counts "
+        f"as dead and its trajectories move to the next; 0: no limit "
+        f"(default {DEFAULT_ENV_TIMEOUT_S:g})",
+    )
     _common(parser)
     args = parser.parse_args(argv)
     from agentenvs.agents.envworkers.pool import EnvWorkerError
@@ -175,6 +195,7 @@ def validate_main(argv: list[str]) -> int:
                 reuse_snapshots=not args.no_snapshot_reuse,
                 progress=not args.no_progress,
                 env_workers=args.env_workers,
+                env_timeout=args.env_timeout,
             ),
         )
     except EnvWorkerError as exc:  # a dead or wrong server: one line with its fix

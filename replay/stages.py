@@ -19,6 +19,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from agentenvs.agents.envworkers.pool import DEFAULT_ENV_TIMEOUT_S
 from agentenvs.agents.trajectory import Trajectory, read_trajectories
 from agentenvs.replay.cuts import CutConfig, assistant_entropies, queries_for_trajectory
 from agentenvs.replay.io import (
@@ -272,16 +273,18 @@ def run_validate(
     reuse_snapshots: bool = True,
     progress: bool = True,
     env_workers: str | Sequence[str] | None = None,
+    env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S,
 ) -> ValidateSummary:
     """A ``replay.query`` file -> a ``replay.validated`` file (every query, with its status).
 
     ``env_workers``: ``agentenvs serve`` server URLs (a list, or one comma-separated string) to
-    replay on instead of in process; the rows are the same (:mod:`agentenvs.replay.validate`).
+    replay on instead of in process; the rows are the same (:mod:`agentenvs.replay.validate`);
+    ``env_timeout``: seconds each request to them may take (None: for ever).
     """
     if isinstance(env_workers, str):
         env_workers = [u for u in env_workers.split(",") if u.strip()]
     if env_workers:
-        from agentenvs.agents.envworkers.http_pool import normalize_server_url
+        from agentenvs.agents.envworkers.http_transport import normalize_server_url
 
         env_workers = [normalize_server_url(u) for u in env_workers]  # a bad URL fails here
     summary = ValidateSummary()
@@ -297,6 +300,7 @@ def run_validate(
             reuse_snapshots=reuse_snapshots,
             stats=summary.stats,
             env_workers=env_workers or None,
+            env_timeout=env_timeout,
         ):
             summary.counts[(query.env_id, query.strategy, result.status.value)] += 1
             bar.update(1)

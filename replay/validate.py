@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
+from agentenvs.agents.envworkers.pool import DEFAULT_ENV_TIMEOUT_S
 from agentenvs.core import (
     EpisodeOverError,
     MatchResult,
@@ -352,16 +353,18 @@ def validate_queries(
     reuse_snapshots: bool = True,
     stats: ReplayStats | None = None,
     env_workers: Sequence[str] | None = None,
+    env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S,
 ) -> Iterator[tuple[CutQuery, ValidationResult]]:
     """Validate a stream of queries, one trajectory (consecutive equal ``replay_key``) at a time.
 
     Yields ``(query, result)`` in the input order. An environment that cannot be made (an id
     that is not registered, a missing optional dependency) gives ``error`` for its queries.
     ``stats``, if given, accumulates the environment work done. ``env_workers``: server URLs
-    (``http://HOST:PORT``) to replay on instead of in process (module docstring).
+    (``http://HOST:PORT``) to replay on instead of in process (module docstring), each request
+    given ``env_timeout`` seconds (None: for ever).
     """
     if env_workers:
-        yield from _validate_on_servers(queries, env_workers, reuse_snapshots, stats)
+        yield from _validate_on_servers(queries, env_workers, reuse_snapshots, stats, env_timeout)
         return
     pool = pool or EnvPool()
     for _, group in groupby(queries, key=lambda q: q.replay_key):
@@ -388,11 +391,16 @@ class ServerEnvs:
 
     One :class:`~agentenvs.agents.envworkers.http_env.HttpEnv` per (server, environment keywords,
     thread), made on first use; a dead server is left out from then on. ``close`` closes every
-    session.
+    session. ``timeout_s`` (None: for ever) bounds each request; a server that misses it is dead.
     """
 
-    def __init__(self, urls: Sequence[str], start_timeout_s: float = 30.0) -> None:
-        from agentenvs.agents.envworkers.http_pool import _import_httpx, normalize_server_url
+    def __init__(
+        self,
+        urls: Sequence[str],
+        start_timeout_s: float = 30.0,
+        timeout_s: float | None = DEFAULT_ENV_TIMEOUT_S,
+    ) -> None:
+        from agentenvs.agents.envworkers.http_transport import import_httpx, normalize_server_url
 
         urls = [normalize_server_url(u) for u in urls]
         if not urls:
@@ -401,7 +409,8 @@ class ServerEnvs:
             raise ValueError(f"a server is listed twice in {urls}")
         self.urls = urls
         self.start_timeout_s = start_timeout_s
-        self._httpx = _import_httpx()
+        self.timeout_s = timeout_s
+        self._httpx = import_httpx()
         self._client = self._httpx.Client(
             timeout=self._httpx.Timeout(None, connect=start_timeout_s)
         )
@@ -412,7 +421,7 @@ class ServerEnvs:
 
     def check(self, env_id: str) -> None:
         """Every server answers its health check and serves ``env_id`` (else EnvWorkerError)."""
-        from agentenvs.agents.envworkers.http_pool import check_health
+        from agentenvs.agents.envworkers.http_transport import check_health
 
         for url in self.urls:
             check_health(self._client, self._httpx, url, env_id, self.start_timeout_s)
@@ -468,7 +477,7 @@ class ServerEnvs:
     def _make(self, url: str, env_id: str, kwargs: dict[str, Any], local: TextEnv) -> Any:
         from agentenvs.agents.envworkers.http_env import HttpEnv
 
-        env = HttpEnv(url, env_id, kwargs, local, self._client, self._httpx)
+        env = HttpEnv(url, env_id, kwargs, local, self._client, self._httpx, self.timeout_s)
         with self._lock:
             self._made.append(env)
         return env
@@ -484,9 +493,10 @@ def _validate_on_servers(
     urls: Sequence[str],
     reuse_snapshots: bool,
     stats: ReplayStats | None,
+    timeout_s: float | None,
 ) -> Iterator[tuple[CutQuery, ValidationResult]]:
     """:func:`validate_queries` on remote servers (module docstring)."""
-    servers = ServerEnvs(urls)
+    servers = ServerEnvs(urls, timeout_s=timeout_s)
     groups = (list(g) for _, g in groupby(queries, key=lambda q: q.replay_key))
     pending: deque[tuple[list[CutQuery], cf.Future]] = deque()
     executor = cf.ThreadPoolExecutor(len(servers.urls), thread_name_prefix="agentenvs-validate")

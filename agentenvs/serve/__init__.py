@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["build_app", "require_serve_deps"]
 
-_DEPS = ("fastapi", "uvicorn")
+_DEPS = ("fastapi", "uvicorn", "orjson")
 
 
 def require_serve_deps(*extra: str) -> None:

@@ -21,7 +21,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from agentenvs import __version__
 from agentenvs.registration import ENVIRONMENTS
-from agentenvs.serve.errors import ServeError, error_for
+from agentenvs.serve.errors import ServeError, error_for, internal_error, malformed
 from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
 from agentenvs.serve.native import add_native_routes
 from agentenvs.serve.service import EnvService, dumps
@@ -166,11 +166,8 @@ def _install_error_handlers(app: Any, service: EnvService) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
-            for e in exc.errors()
-        )
-        return _error_response(422, "bad_request", f"malformed request: {problems}", service,
+        error = malformed(exc.errors())
+        return _error_response(error.status, error.type, error.message, service,
                                request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
@@ -185,7 +182,8 @@ def _install_error_handlers(app: Any, service: EnvService) -> None:
             return _error_response(mapped.status, mapped.type, mapped.message, service,
                                    request.url.path)
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return _error_response(500, "internal_error", f"{type(exc).__name__}: {exc}", service,
+        error = internal_error(exc)
+        return _error_response(error.status, error.type, error.message, service,
                                request.url.path)
 
 

@@ -8,6 +8,9 @@ client as a 500.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from agentenvs.core import (
     EpisodeOverError,
     ResetNeededError,
@@ -16,7 +19,7 @@ from agentenvs.core import (
     UnknownTaskError,
 )
 
-__all__ = ["ServeError", "error_for"]
+__all__ = ["ServeError", "error_for", "malformed", "internal_error"]
 
 
 class ServeError(Exception):
@@ -65,6 +68,21 @@ def action_too_long(length: int, limit: int) -> ServeError:
         "action_too_long",
         f"the action has {length} characters; this environment accepts at most {limit}",
     )
+
+
+def malformed(problems: Sequence[Mapping[str, Any]], where: Sequence[object] = ()) -> ServeError:
+    """A 422 ``bad_request`` listing pydantic's ``problems`` (``loc: msg``), each location
+    prefixed with ``where`` (a batch item's position, e.g. ``("steps", 3)``)."""
+    text = "; ".join(
+        f"{'.'.join(str(p) for p in (*where, *e.get('loc', ())))}: {e.get('msg', '')}"
+        for e in problems
+    )
+    return ServeError(422, "bad_request", f"malformed request: {text}")
+
+
+def internal_error(exc: BaseException) -> ServeError:
+    """The 500 of an environment exception that is no client error (a bug or a crash)."""
+    return ServeError(500, "internal_error", f"{type(exc).__name__}: {exc}")
 
 
 def error_for(exc: Exception) -> ServeError | None:

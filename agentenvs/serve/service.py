@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from agentenvs.core import StepResult
 from agentenvs.serve.errors import ServeError, action_too_long, error_for
 from agentenvs.serve.sessions import Session, SessionStore
@@ -36,8 +38,19 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+# orjson's own forms of dataclasses and datetimes pass through ``jsonable`` instead, as in json
+_ORJSON_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
 def dumps(payload: Any) -> bytes:
-    return json.dumps(payload, default=jsonable, separators=(",", ":")).encode()
+    """``payload`` as compact JSON (orjson; ``json`` for what orjson refuses, such as an
+    integer past 64 bits); values JSON has no form for go through :func:`jsonable`."""
+    try:
+        return orjson.dumps(payload, default=jsonable, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return json.dumps(payload, default=jsonable, separators=(",", ":")).encode()
 
 
 def _reward(value: float) -> float:
@@ -74,13 +87,17 @@ class EnvService:
         return observation, info
 
     def step(self, session: Session, action: str) -> StepResult:
-        limit = session.env.max_action_length
-        if len(action) > limit:
-            raise action_too_long(len(action), limit)
+        env = session.env
+        if len(action) > env.max_action_length:
+            raise action_too_long(len(action), env.max_action_length)
         with session.lock:
-            observation, reward, terminated, truncated, info = _guard(
-                lambda: session.env.step(action)
-            )
+            try:  # _guard, inline: this is every step's path
+                observation, reward, terminated, truncated, info = env.step(action)
+            except Exception as exc:
+                mapped = error_for(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
             session.actions.append(action)
         return StepResult(observation, _reward(reward), terminated, truncated, info)
 

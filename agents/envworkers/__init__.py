@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentenvs.agents.envworkers.host import CutStateError, EnvFailure, EnvHost
-from agentenvs.agents.envworkers.http_pool import HttpPool, normalize_server_url
+from agentenvs.agents.envworkers.http_pool import HttpPool
+from agentenvs.agents.envworkers.http_transport import normalize_server_url
 from agentenvs.agents.envworkers.pool import (
+    DEFAULT_ENV_TIMEOUT_S,
     EnvWorkerError,
     EnvWorkerPool,
     InProcessPool,
@@ -42,6 +44,7 @@ from agentenvs.agents.envworkers.process import ProcessPool
 from agentenvs.agents.envworkers.ray_pool import RayPool
 
 __all__ = [
+    "DEFAULT_ENV_TIMEOUT_S",
     "ENV_WORKER_KINDS",
     "CutStateError",
     "EnvFailure",
@@ -57,6 +60,8 @@ __all__ = [
     "RemotePool",
     "WorkerDied",
     "make_env_pool",
+    "ENV_TIMEOUT_HELP",
+    "parse_env_timeout",
     "parse_env_workers",
 ]
 
@@ -68,6 +73,26 @@ ENV_WORKER_KINDS: dict[str, str] = {
 }
 
 _SPEC = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<n>\d+))?(?:@(?P<address>\S+))?$")
+
+
+ENV_TIMEOUT_HELP = (
+    f"seconds one environment operation may take on remote workers (process, ray, http) before "
+    f"the worker counts as hung and its episodes move on; 0: no limit "
+    f"(default {DEFAULT_ENV_TIMEOUT_S:g})"
+)
+
+
+def parse_env_timeout(text: str | float | None) -> float | None:
+    """``--env-timeout``: seconds (a positive number), or ``0`` / ``none`` for no limit."""
+    if text is None or str(text).strip().lower() in ("0", "0.0", "none"):
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"--env-timeout takes seconds (> 0) or 0 for no limit, got {text!r}")
+    return seconds
 
 
 class EnvWorkersSpecError(ValueError):

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # The operations of a worker, and the position of the slot in each one's item tuple.
-OPERATIONS: dict[str, int] = {"reset": 0, "step": 0, "act": 1, "end": 1}
+OPERATIONS: dict[str, int] = {"reset": 0, "step": 0, "act": 1, "end": 1, "drop": 0}
 
 
 class CutStateError(RuntimeError):
@@ -140,6 +140,11 @@ class EnvHost:
 
     def _op_replay(self, operations: Sequence[tuple[str, tuple]]) -> list[Any]:
         return self.replay(operations)
+
+    def _op_drop(self, slot: int) -> None:
+        env = self.envs.pop(slot, None)
+        if env is not None:
+            env.close()
 
     def _op_end(self, policy: Any, slot: int, key: str) -> None:
         if isinstance(policy, str):

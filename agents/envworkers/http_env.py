@@ -12,8 +12,9 @@ The server's answers about the environment come back as the environment's own ex
 :class:`~agentenvs.core.EpisodeOverError`, ...), with the server's message, so an error is the
 same text as in process. A server that cannot make the environment, or makes another id or
 variant, is an :class:`~agentenvs.agents.envworkers.pool.EnvWorkerError`. A server that dies
-(connection refused or reset, a 5xx, a lost session, no answer in time) sets :attr:`HttpEnv.lost` and raises :class:`ServerLost`; every later call
-raises it at once, without a request.
+(connection refused or reset, a 5xx, a lost session, no answer within ``timeout_s``) sets
+:attr:`HttpEnv.lost` and raises :class:`ServerLost`; every later call raises it at once, without
+a request.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentenvs.agents.envworkers.http_pool import (
+from agentenvs.agents.envworkers.http_transport import (
     API_PREFIX,
     _EnvError,
     _Refused,
@@ -29,7 +30,7 @@ from agentenvs.agents.envworkers.http_pool import (
     answer_json,
     variant_kwargs,
 )
-from agentenvs.agents.envworkers.pool import EnvWorkerError
+from agentenvs.agents.envworkers.pool import DEFAULT_ENV_TIMEOUT_S, EnvWorkerError
 from agentenvs.core import (
     EpisodeOverError,
     ResetNeededError,
@@ -69,7 +70,8 @@ class HttpEnv:
 
     ``local``: an environment made here with ``env_kwargs`` (its ``match`` is used and its
     variant is the one the session must have). ``client`` and ``httpx``: an ``httpx.Client`` and
-    the module (shared by the caller's environments).
+    the module (shared by the caller's environments). ``timeout_s`` (None: wait for ever): the
+    deadline of each request.
     """
 
     def __init__(
@@ -80,8 +82,10 @@ class HttpEnv:
         local: Any,
         client: Any,
         httpx: Any,
+        timeout_s: float | None = DEFAULT_ENV_TIMEOUT_S,
     ) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.env_id = env_id
         self.local = local
         self._client = client
@@ -176,14 +180,14 @@ class HttpEnv:
         if self.lost is not None:
             raise ServerLost(self.lost)
         address = f"{self.url}{API_PREFIX}/{route}"
-        kwargs = {} if timeout is None else {"timeout": timeout}
+        deadline = self.timeout_s if timeout is None else timeout
         try:
             return answer_json(
                 self._httpx,
                 self.env_id,
                 self.url,
                 route,
-                lambda: self._client.post(address, json=body, **kwargs),
+                lambda: self._client.post(address, json=body, timeout=deadline),
             )
         except _ServerGone as gone:
             self.lost = f"agentenvs server {self.url} {gone}"

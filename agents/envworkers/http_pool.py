@@ -5,19 +5,27 @@ Each listed server is one worker of a :class:`~agentenvs.agents.envworkers.pool.
 (sticky), so the episodes spread over the list. The pool speaks the server's native routes
 (``/agentenvs/v1/...``, docs/serving.md): a session per slot, made with the rollout's environment
 keywords (the protocol's variant and the turn budget) in its create body and reused by the
-slot's later episodes; ``reset``, ``step``, and ``replay`` (a task id and an action list in one
-request) for cut starts. The requests of a batch run concurrently, one per slot.
+slot's later episodes. A batch of steps (resets) is one ``step_batch`` (``reset_batch``) request
+per server, its items in order; a cut start is one ``replay`` request (a task id and an action
+list), and runs beside the batch. ``requests`` counts the requests by route.
+
+Every request has a deadline: ``step_timeout_s`` (default
+:data:`~agentenvs.agents.envworkers.pool.DEFAULT_ENV_TIMEOUT_S`) per operation it carries. While a
+batch runs, the pool asks the server's health check every ``step_timeout_s``: a server working
+through a long batch answers it (the batch lets it through), a hung one does not and is left at
+once, however many operations its request holds.
 
 A server that dies (its connection is refused or reset, it answers 5xx, it has forgotten a
-session, or it gives no answer within ``step_timeout_s`` per item) is a dead worker: the pool
+session, or it misses a deadline or a health check) is a dead worker: the pool
 moves that worker to the next server of the list that answers its health check, and retries
 each episode that lived there once, exactly, by replaying the episode's reset and steps there in
 one ``replay`` request and checking every result against the original one (the
 :class:`~agentenvs.agents.envworkers.pool.RemotePool` contract). Episodes already finished are
 never touched. With no server left, the run stops with
 :class:`~agentenvs.agents.envworkers.pool.EnvWorkerError` (an evaluation's finished episodes are
-already in its file). Environment errors (an unknown task, a cut that is not reached) are the
-item's :class:`~agentenvs.agents.envworkers.host.EnvFailure`, as in process.
+already in its file). Environment errors (an unknown task, a cut that is not reached, an
+exception of the environment on the server) are the item's
+:class:`~agentenvs.agents.envworkers.host.EnvFailure`, as in process.
 
 Scripted policies that act from state (the expert, the random agent) act on a local mirror of
 each episode: the pool replays the episode's reset and steps into an environment of this
@@ -34,69 +42,47 @@ how to start a matching one (``agentenvs serve ENV_ID --api agentgym --port P``)
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
+import time
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from agentenvs.agents.envworkers.host import CutStateError, EnvFailure, EnvHost, slot_of
-from agentenvs.agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
+from agentenvs.agents.envworkers.http_transport import (
+    API_PREFIX,
+    DEFAULT_START_TIMEOUT_S,
+    GONE_STATUSES,
+    DaemonThreads,
+    _EnvError,
+    _Refused,
+    _ServerGone,
+    answer_json,
+    check_health,
+    import_httpx,
+    item_error,
+    normalize_server_url,
+    variant_kwargs,
+)
+from agentenvs.agents.envworkers.pool import (
+    DEFAULT_ENV_TIMEOUT_S,
+    EnvWorkerError,
+    RemotePool,
+    WorkerDied,
+)
 
-__all__ = ["API_PREFIX", "DEFAULT_START_TIMEOUT_S", "HttpPool", "normalize_server_url"]
+__all__ = ["HttpPool"]
 
-API_PREFIX = "/agentenvs/v1"
-DEFAULT_START_TIMEOUT_S = 30.0
-_GONE_STATUSES = (404, 410)  # the server no longer has the session: its environment is lost
-
-
-class _ServerGone(Exception):
-    """A request found its server dead, or without the session (the message says which)."""
-
-    def __init__(self, message: str, session_lost: bool = False) -> None:
-        super().__init__(message)
-        self.session_lost = session_lost
-
-
-class _Refused(Exception):
-    """The server answered with an error that is not the environment's (e.g. no free session)."""
-
-
-def normalize_server_url(text: str) -> str:
-    """``http(s)://HOST[:PORT]`` without a trailing slash; ValueError for anything else."""
-    url = text.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{text!r} is not a server URL (http://HOST:PORT)")
-    if parts.path or parts.query or parts.fragment:
-        raise ValueError(f"{text!r}: give the server's root, http://HOST:PORT, without a path")
-    try:
-        parts.port  # noqa: B018 (raises for a malformed port)
-    except ValueError as exc:
-        raise ValueError(f"{text!r}: {exc}") from None
-    return url
-
-
-def _serve_command(env_id: str, url: str) -> str:
-    port = urlsplit(url).port or 8000
-    return f"agentenvs serve {env_id} --api agentgym --port {port}"
-
-
-def _import_httpx() -> Any:
-    try:
-        import httpx
-    except ImportError as exc:
-        raise EnvWorkerError(
-            "environments on remote servers need httpx: pip install 'agentenvs[serve]'"
-        ) from exc
-    return httpx
+_JSON = {"content-type": "application/json"}
 
 
 class HttpPool(RemotePool):
     """Environments in sessions on ``agentenvs serve`` servers (see the module docstring).
 
     ``urls``: the servers (``http://HOST:PORT``), one worker each. ``step_timeout_s`` (None: wait
-    forever) bounds each request to that many seconds per operation; ``start_timeout_s`` the
-    health checks and session creation at start.
+    forever) bounds each request to that many seconds per operation and is the period of the
+    health checks during a batch; ``start_timeout_s`` the health checks at start.
     """
 
     kind = "http"
@@ -107,7 +93,7 @@ class HttpPool(RemotePool):
         urls: Sequence[str],
         env_kwargs: dict[str, Any] | None = None,
         *,
-        step_timeout_s: float | None = None,
+        step_timeout_s: float | None = DEFAULT_ENV_TIMEOUT_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     ) -> None:
         urls = [normalize_server_url(u) for u in urls]
@@ -118,20 +104,23 @@ class HttpPool(RemotePool):
         super().__init__(env_id, len(urls), env_kwargs, None, step_timeout_s)
         self.urls = urls
         self.start_timeout_s = start_timeout_s
-        httpx = _import_httpx()
+        httpx = import_httpx()
+        import orjson
+
         self._httpx = httpx
+        self._dumps = orjson.dumps
         self._client = httpx.Client(
-            timeout=httpx.Timeout(step_timeout_s, connect=start_timeout_s),
+            timeout=self._deadline(1),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
-        self._executor = cf.ThreadPoolExecutor(
-            max_workers=64 * len(urls), thread_name_prefix="agentenvs-http-env"
-        )
+        self._threads = DaemonThreads(64 * len(urls), "agentenvs-http-env")
+        self.requests: Counter[str] = Counter()  # route -> requests sent
+        self._counting = threading.Lock()
         self._server: list[str] = list(urls)  # worker index -> the server it uses now
         self._sessions: dict[int, tuple[str, str]] = {}  # slot -> (server, session id)
         # scripted policies' mirrors and cut-state matching (a slot's environment on first use)
         self._local = EnvHost(self.env_id, self.env_kwargs)
-        self._seen: dict[int, list[tuple]] = {}  # slot -> the server's results, log-aligned
+        self._seen: dict[int, list[Any]] = {}  # slot -> the server's results, log-aligned
         self._mirrored: dict[int, int] = {}  # slot -> log operations applied to its mirror
         try:
             self._variant = self._local_variant()
@@ -196,7 +185,7 @@ class HttpPool(RemotePool):
         if not operations:
             return None
         answers = self._local.replay(operations)
-        seen = self._seen[slot][done:]
+        seen = [_comparable(result) for result in self._seen[slot][done:]]
         for n, (answer, expected) in enumerate(zip(answers, seen, strict=True), start=done):
             if isinstance(answer, EnvFailure) or _comparable(answer) != expected:
                 self._mirrored.pop(slot, None)
@@ -214,22 +203,24 @@ class HttpPool(RemotePool):
         super()._record(op, item, result)
         slot = slot_of(op, item)
         if op == "reset":
-            self._seen[slot] = [_comparable(result)]
+            self._seen[slot] = [result]
             self._mirrored.pop(slot, None)
         elif op == "step" and slot in self._seen:
-            self._seen[slot].append(_comparable(result))
+            self._seen[slot].append(result)
 
     # ----- the transport -----------------------------------------------------------------------
 
     def _start_worker(self, index: int) -> None:
-        """Move worker ``index`` to the next server of the list that is healthy."""
+        """Move worker ``index`` to the next server of the list that is healthy (its health
+        check answered within ``step_timeout_s``, or ``start_timeout_s`` if that is shorter)."""
         n = len(self.urls)
         start = self.urls.index(self._server[index]) + 1
+        timeout = min(self.start_timeout_s, self.step_timeout_s or self.start_timeout_s)
         problems = []
         for k in range(n):
             url = self.urls[(start + k) % n]
             try:
-                self._check_health(url)
+                check_health(self._client, self._httpx, url, self.env_id, timeout)
             except EnvWorkerError as exc:
                 problems.append(str(exc))
                 continue
@@ -238,27 +229,59 @@ class HttpPool(RemotePool):
         raise EnvWorkerError("no server is left: " + "; ".join(problems))
 
     def _submit(self, index: int, op: str, items: list[tuple]) -> Any:
+        """A ticket: (positions, future of their results) pairs. Steps and plain resets go in
+        one batch request; every other item (a cut start, a drop) in a request of its own."""
         url = self._server[index]
-        return [self._executor.submit(self._apply, url, op, item) for item in items]
+        batched = [i for i, item in enumerate(items) if op == "step" or _plain_reset(op, item)]
+        ticket = []
+        if batched:
+            run = self._step_batch if op == "step" else self._reset_batch
+            ticket.append((batched, self._threads.submit(run, url, [items[i] for i in batched])))
+        for i in sorted(set(range(len(items))) - set(batched)):
+            ticket.append(([i], self._threads.submit(self._apply_one, url, op, items[i])))
+        return ticket
 
     def _collect(self, index: int, ticket: Any, timeout: float | None) -> list[Any]:
-        done, waiting = cf.wait(ticket, timeout=timeout)
-        if waiting:
-            for future in waiting:
-                future.cancel()
-            raise WorkerDied(
-                f"agentenvs server {self._server[index]} (worker {index}) gave no answer within "
-                f"{timeout:.0f} s"
-            )
-        results = []
-        for future in ticket:
+        self._wait(index, [future for _, future in ticket], timeout)
+        results: list[Any] = [None] * sum(len(positions) for positions, _ in ticket)
+        for positions, future in ticket:
             try:
-                results.append(future.result())
+                answers = future.result()
             except _ServerGone as gone:
                 raise WorkerDied(f"agentenvs server {self._server[index]} {gone}") from None
             except _Refused as refused:
                 raise EnvWorkerError(str(refused)) from None
+            for position, answer in zip(positions, answers, strict=True):
+                results[position] = answer
         return results
+
+    def _wait(self, index: int, futures: list[cf.Future], timeout: float | None) -> None:
+        """Wait for the futures until ``timeout`` (None: for ever), asking the server's health
+        check every ``step_timeout_s`` meanwhile; WorkerDied when either fails."""
+        url = self._server[index]
+        period = self.step_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = period if left is None else left if period is None else min(period, left)
+            _, waiting = cf.wait(futures, timeout=wait)
+            if not waiting:
+                return
+            problem = None
+            if deadline is not None and time.monotonic() >= deadline:
+                problem = f"gave no answer within {timeout:g} s"
+            else:
+                assert period is not None
+                try:
+                    check_health(self._client, self._httpx, url, self.env_id, period)
+                except EnvWorkerError as exc:
+                    problem = (
+                        f"gave no answer within {period:g} s, nor to its health check ({exc})"
+                    )
+            if problem is not None:
+                for future in waiting:
+                    future.cancel()
+                raise WorkerDied(f"agentenvs server {url} (worker {index}) {problem}")
 
     def _stop_worker(self, index: int, kill: bool) -> None:
         url = self._server[index]
@@ -276,11 +299,62 @@ class HttpPool(RemotePool):
                     pass
 
     def _close_transport(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._threads.shutdown()  # a request stuck on a hung server ends with its deadline
         self._client.close()
         self._local.close()
 
+    # ----- batches on one server ---------------------------------------------------------------
+
+    def _step_batch(self, url: str, items: list[tuple]) -> list[Any]:
+        """Every ``(slot, action)`` in one ``step_batch`` request; one result per item."""
+        steps = []
+        for slot, action in items:
+            held = self._sessions.get(slot)
+            if held is None or held[0] != url:
+                raise _ServerGone(f"has no session for slot {slot} (its episode was not reset)")
+            steps.append({"session": held[1], "action": action})
+        answers = self._post(url, "step_batch", {"steps": steps}, len(items))["results"]
+        return [
+            _step_tuple(a) if a["status"] == 200 else self._item_failure(url, "step_batch", a)
+            for a in answers
+        ]
+
+    def _reset_batch(self, url: str, items: list[tuple]) -> list[Any]:
+        """Every ``(slot, task id)`` in one ``reset_batch`` request (sessions made first where a
+        slot has none on ``url``); one result per item."""
+        resets = []
+        for slot, task_id, *_ in items:
+            held = self._sessions.get(slot)
+            if held is None or held[0] != url:
+                held = self._hold(url, slot)
+            resets.append({"session": held[1], "task_id": task_id})
+        answers = self._post(url, "reset_batch", {"resets": resets}, len(items))["results"]
+        results: list[Any] = []
+        for item, answer in zip(items, answers, strict=True):
+            if answer["status"] == 200:
+                results.append((answer["observation"], answer["info"]))
+            elif answer["status"] in GONE_STATUSES:  # expired between episodes: a new session
+                results.append(self._apply(url, "reset", item))
+            else:
+                results.append(self._item_failure(url, "reset_batch", answer))
+        return results
+
+    def _item_failure(self, url: str, route: str, answer: dict[str, Any]) -> EnvFailure:
+        """A batch item's error: the environment's failure (a 4xx about it, or its exception on
+        the server, a 500); a lost session is a dead worker, as for a single request."""
+        status = int(answer["status"])
+        if status >= 500:
+            message = answer.get("error", {}).get("message", "")
+            return EnvFailure(f"{message} (on agentenvs server {url})")
+        error = item_error(status, answer, route)
+        if isinstance(error, _ServerGone):
+            raise error
+        return EnvFailure(str(error))
+
     # ----- one operation on one server ---------------------------------------------------------
+
+    def _apply_one(self, url: str, op: str, item: tuple) -> list[Any]:
+        return [self._apply(url, op, item)]
 
     def _apply(self, url: str, op: str, item: tuple) -> Any:
         """Run one item; an environment error is its :class:`EnvFailure`."""
@@ -292,6 +366,8 @@ class HttpPool(RemotePool):
             if op == "step":
                 slot, action = item
                 return self._step(url, slot, action)
+            if op == "drop":
+                return self._drop(url, item[0])
             raise ValueError(f"an http pool does not run {op!r} on its servers")
         except (_ServerGone, _Refused):
             raise
@@ -312,8 +388,9 @@ class HttpPool(RemotePool):
         if not prefix_actions and cut_observation is None:
             body = self._call_session(url, slot, "reset", {"task_id": task_id})
             return body["observation"], body["info"]
+        actions = list(prefix_actions)
         body = self._call_session(
-            url, slot, "replay", {"task_id": task_id, "actions": list(prefix_actions)}
+            url, slot, "replay", {"task_id": task_id, "actions": actions}, True, len(actions) + 1
         )
         steps = body["steps"]
         last = steps[-1] if steps else body["reset"]
@@ -332,14 +409,7 @@ class HttpPool(RemotePool):
         return reached, info
 
     def _step(self, url: str, slot: int, action: str) -> tuple:
-        body = self._call_session(url, slot, "step", {"action": action}, create=False)
-        return (
-            body["observation"],
-            body["reward"],
-            body["terminated"],
-            body["truncated"],
-            body["info"],
-        )
+        return _step_tuple(self._call_session(url, slot, "step", {"action": action}, False))
 
     def _replay_on(self, url: str, operations: list[tuple[str, tuple]]) -> list[Any]:
         """A slot's episode (its reset, then steps) on ``url``, in a new session; one result per
@@ -354,7 +424,9 @@ class HttpPool(RemotePool):
         cut_observation = item[3] if len(item) > 3 else None
         actions = prefix + [i[1] for _, i in operations[1:]]
         try:
-            body = self._call_session(url, slot, "replay", {"task_id": task_id, "actions": actions})
+            body = self._call_session(
+                url, slot, "replay", {"task_id": task_id, "actions": actions}, True, len(operations)
+            )
         except _EnvError:  # an operation fails: find which, one request each
             return [self._apply(url, o, i) for o, i in operations]
         steps = body["steps"]
@@ -368,37 +440,33 @@ class HttpPool(RemotePool):
                 return [self._apply(url, o, i) for o, i in operations]
         else:
             reached = (body["reset"]["observation"], body["reset"]["info"])
-        answers: list[Any] = [reached]
-        for step in steps[len(prefix) :]:
-            answers.append(
-                (
-                    step["observation"],
-                    step["reward"],
-                    step["terminated"],
-                    step["truncated"],
-                    step["info"],
-                )
-            )
-        return answers
+        return [reached, *(_step_tuple(step) for step in steps[len(prefix) :])]
 
     # ----- requests ------------------------------------------------------------------------------
 
     def _call_session(
-        self, url: str, slot: int, route: str, body: dict[str, Any], create: bool = True
+        self,
+        url: str,
+        slot: int,
+        route: str,
+        body: dict[str, Any],
+        create: bool = True,
+        operations: int = 1,
     ) -> dict[str, Any]:
-        """``route`` for the slot's session on ``url`` (made on first use when ``create``)."""
+        """``route`` for the slot's session on ``url`` (made on first use when ``create``), a
+        request of ``operations`` environment operations."""
         held = self._sessions.get(slot)
         if held is None or held[0] != url:
             if not create:
                 raise _ServerGone(f"has no session for slot {slot} (its episode was not reset)")
             held = self._hold(url, slot)
         try:
-            return self._post(url, route, {**body, "session": held[1]})
+            return self._post(url, route, {**body, "session": held[1]}, operations)
         except _ServerGone as gone:
             if not (create and gone.session_lost):
                 raise
         # a session that expired between episodes: a new one for this reset
-        return self._post(url, route, {**body, "session": self._hold(url, slot)[1]})
+        return self._post(url, route, {**body, "session": self._hold(url, slot)[1]}, operations)
 
     def _hold(self, url: str, slot: int) -> tuple[str, str]:
         """A new session on ``url`` for ``slot``, kept unless the slot's worker has moved off
@@ -425,12 +493,38 @@ class HttpPool(RemotePool):
             ) from None
         return str(body["session"])
 
-    def _post(self, url: str, route: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(
+        self, url: str, route: str, body: dict[str, Any], operations: int = 1
+    ) -> dict[str, Any]:
+        """``body`` to ``url``'s ``route``, a request of ``operations`` environment operations
+        (its deadline: ``step_timeout_s`` each)."""
         address = f"{url}{API_PREFIX}/{route}"
-        return self._answer(url, route, lambda: self._client.post(address, json=body))
+        content = self._dumps(body)
+        deadline = self._deadline(operations)
+        with self._counting:
+            self.requests[route] += 1
+        return answer_json(
+            self._httpx,
+            self.env_id,
+            url,
+            route,
+            lambda: self._client.post(address, content=content, headers=_JSON, timeout=deadline),
+        )
 
-    def _answer(self, url: str, route: str, send: Any) -> dict[str, Any]:
-        return answer_json(self._httpx, self.env_id, url, route, send)
+    def _deadline(self, operations: int) -> Any:
+        """The httpx timeout of a request of ``operations`` operations."""
+        total = None if self.step_timeout_s is None else self.step_timeout_s * max(1, operations)
+        return self._httpx.Timeout(total, connect=self.start_timeout_s)
+
+    def _drop(self, url: str, slot: int) -> None:
+        """Close the slot's session (its next reset makes a new one) and forget its mirror."""
+        self._local.run("drop", [(slot,)])
+        held = self._sessions.pop(slot, None)
+        if held is not None:
+            try:
+                self._post(held[0], "close", {"session": held[1]})
+            except (_ServerGone, _EnvError, _Refused):
+                pass  # the server or the session is gone already
 
     # ----- start-up checks -----------------------------------------------------------------------
 
@@ -475,95 +569,20 @@ class HttpPool(RemotePool):
             )
 
 
-def answer_json(httpx: Any, env_id: str, url: str, route: str, send: Any) -> dict[str, Any]:
-    """The JSON answer of ``send()`` (a request to ``url``'s ``route``): :class:`_ServerGone` for
-    a dead server or a lost session, :class:`_EnvError` for a 4xx answer, :class:`_Refused` for a
-    non-agentenvs answer."""
-    try:
-        response = send()
-    except httpx.TimeoutException as exc:
-        raise _ServerGone(
-            f"gave no answer to /{route} in time ({type(exc).__name__})"
-        ) from None
-    except httpx.TransportError as exc:
-        raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
-    if response.status_code >= 500:
-        raise _ServerGone(f"failed: /{route} answered {response.status_code}")
-    try:
-        payload = response.json()
-    except ValueError:
-        raise _Refused(
-            f"{url} answered /{route} with {response.status_code} and no JSON: is it an "
-            f"agentenvs server? Start one with `{_serve_command(env_id, url)}`"
-        ) from None
-    if response.status_code >= 400:
-        error = payload.get("error") if isinstance(payload, dict) else None
-        if not isinstance(error, dict):
-            error = {"type": "HTTPError", "message": str(payload)}
-        if response.status_code in _GONE_STATUSES and route != "sessions":
-            raise _ServerGone(
-                f"lost the session ({response.status_code} {error.get('type')}: "
-                f"{error.get('message')})",
-                session_lost=True,
-            )
-        kind, message = str(error.get("type")), str(error.get("message"))
-        raise _EnvError(response.status_code, kind, message)
-    return payload
+def _plain_reset(op: str, item: tuple) -> bool:
+    """Whether ``item`` is a reset at the task's start (no cut state to replay)."""
+    return op == "reset" and (len(item) == 2 or (not item[2] and item[3] is None))
 
 
-def variant_kwargs(env_id: str, variant: dict[str, Any]) -> dict[str, Any]:
-    """The keywords of ``variant`` that ``env_id``'s constructor takes: pinned in a session's
-    create body, so that a server whose API defaults others makes the same environment."""
-    import inspect
-
-    from agentenvs.registration import env_class
-
-    params = inspect.signature(env_class(env_id).__init__).parameters
-    return {k: v for k, v in variant.items() if k in params}
-
-
-def check_health(
-    client: Any, httpx: Any, url: str, env_id: str, timeout: float = DEFAULT_START_TIMEOUT_S
-) -> dict[str, Any]:
-    """The server's health answer, checked: same env id and agentenvs version."""
-    from agentenvs import __version__
-
-    how = f"start one with `{_serve_command(env_id, url)}` (or fix the URL)"
-    try:
-        response = client.get(f"{url}{API_PREFIX}/health", timeout=timeout)
-    except httpx.TransportError as exc:
-        raise EnvWorkerError(
-            f"no agentenvs server answers at {url} ({type(exc).__name__}: {exc}): {how}"
-        ) from None
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if response.status_code != 200 or not isinstance(body, dict) or "env_id" not in body:
-        raise EnvWorkerError(
-            f"{url} is not an agentenvs server (GET {API_PREFIX}/health answered "
-            f"{response.status_code}): {how}"
-        )
-    if body["env_id"] != env_id:
-        raise EnvWorkerError(
-            f"{url} serves {body['env_id']}, this run needs {env_id}: start "
-            f"`{_serve_command(env_id, url)}` (or list the servers of {env_id})"
-        )
-    if body.get("version") != __version__:
-        raise EnvWorkerError(
-            f"{url} runs agentenvs {body.get('version')}, this client {__version__}: both "
-            "sides need the same version (the same environments, the same results); "
-            "upgrade one of them"
-        )
-    return body
-
-
-class _EnvError(Exception):
-    """A 4xx answer about the request (unknown task, episode over, bad field)."""
-
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(f"{kind}: {message}")
-        self.status = status
+def _step_tuple(answer: dict[str, Any]) -> tuple:
+    """Gymnasium's step tuple of a step answer."""
+    return (
+        answer["observation"],
+        answer["reward"],
+        answer["terminated"],
+        answer["truncated"],
+        answer["info"],
+    )
 
 
 def _comparable(result: Any) -> tuple:

@@ -12,7 +12,7 @@ processes, Ray actors). Slot ``s`` lives in worker ``s % workers``; a batch goes
 at once and they run in parallel. It adds episode-level fault isolation:
 
 * every slot keeps the log of the operations of its current episode (reset, then every step and
-  scripted ``act``) with a fingerprint of each result;
+  scripted ``act``) with each result (fingerprinted only when a replay is checked against it);
 * when a worker dies (its process exits, its actor is killed, its node goes away, or it gives no
   answer within ``step_timeout_s`` per item and is killed), the pool starts a replacement and
   **retries** each episode that lived there once: it replays the episode's log on the new worker,
@@ -38,7 +38,21 @@ from typing import Any, ClassVar
 
 from agentenvs.agents.envworkers.host import EnvFailure, EnvHost, result_digest, slot_of
 
-__all__ = ["EnvWorkerError", "EnvWorkerPool", "InProcessPool", "RemotePool", "WorkerDied"]
+__all__ = [
+    "DEFAULT_ENV_TIMEOUT_S",
+    "EnvWorkerError",
+    "EnvWorkerPool",
+    "InProcessPool",
+    "RemotePool",
+    "WorkerDied",
+]
+
+DEFAULT_ENV_TIMEOUT_S = 60.0
+"""Seconds one environment operation may take on a remote worker (a request or batch of n
+operations: n times that) before the worker counts as hung. The slowest operations measured
+here, an ALFWorld first reset and a 50-action cut-start replay on a loaded two-core machine,
+took 3.5 and about 5 s: a tenfold margin, and a hung worker is given up within a minute or two
+(the http pool asks a busy server's health check every period)."""
 
 
 class EnvWorkerError(RuntimeError):
@@ -95,6 +109,11 @@ class EnvWorkerPool(ABC):
         """The episode of ``slot`` is over: forget it; returns notes on the worker failures it
         survived (empty where none)."""
         return []
+
+    def drop(self, slots: Sequence[int]) -> None:
+        """Close the environments of ``slots``: the next reset of each makes a new one (an
+        environment that failed is never reused). Call after :meth:`release`."""
+        self._run("drop", [(slot,) for slot in slots])
 
     def check_compatible(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
         """Raise ValueError unless this pool makes ``env_id`` with ``env_kwargs``."""
@@ -165,7 +184,7 @@ class _EpisodeLog:
     """The operations of one slot's current episode and their results' fingerprints."""
 
     operations: list[tuple[str, tuple]]
-    digests: list[str]
+    results: list[Any]
     retried: bool = False
     lost: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -180,8 +199,9 @@ class RemotePool(EnvWorkerPool):
 
     Subclasses provide the transport: :meth:`_start_worker`, :meth:`_submit`, :meth:`_collect`,
     :meth:`_stop_worker`. Scripted policies are sent by their spec string and built once per
-    worker. ``step_timeout_s`` (None: wait forever) bounds the wait for a batch of n items to n
-    times that; a worker that takes longer is killed and treated as dead.
+    worker. ``step_timeout_s`` (None: wait forever; the subclasses' default
+    :data:`DEFAULT_ENV_TIMEOUT_S`) bounds the wait for a batch of n items to n times that; a
+    worker that takes longer is killed and treated as dead.
     """
 
     def __init__(
@@ -285,10 +305,10 @@ class RemotePool(EnvWorkerPool):
     def _record(self, op: str, item: tuple, result: Any) -> None:
         slot = slot_of(op, item)
         if op == "reset":
-            self._logs[slot] = _EpisodeLog([(op, item)], [result_digest(result)])
-        elif op != "end" and slot in self._logs:
+            self._logs[slot] = _EpisodeLog([(op, item)], [result])
+        elif op not in ("end", "drop") and slot in self._logs:
             self._logs[slot].operations.append((op, item))
-            self._logs[slot].digests.append(result_digest(result))
+            self._logs[slot].results.append(result)
 
     # ----- recovery -------------------------------------------------------------------------------
 
@@ -305,7 +325,7 @@ class RemotePool(EnvWorkerPool):
         so that a replay that kills the new worker is charged to its own episode only."""
         self._replace(index)
         hosted = {s for s, log in self._logs.items() if self.worker_of(s) == index and not log.lost}
-        ending = set(pending) if op == "end" else set()  # over: nothing to restore
+        ending = set(pending) if op in ("end", "drop") else set()  # over: nothing to restore
         todo = deque(sorted((hosted | set(pending)) - ending))
         on_new_worker: list[int] = []
         retried_now: set[int] = set()
@@ -360,8 +380,9 @@ class RemotePool(EnvWorkerPool):
             return True
         log = self._logs.get(slot)
         if log is not None:
-            known = len(log.digests)
-            if [result_digest(a) for a in answers[:known]] != log.digests:
+            known = len(log.results)
+            replayed = [result_digest(a) for a in answers[:known]]
+            if replayed != [result_digest(r) for r in log.results]:
                 why = (
                     f"{reason}; replaying its {known} operations on a new worker gave different "
                     "results (is the environment deterministic?)"

@@ -14,7 +14,12 @@ import signal
 from typing import Any
 
 from agentenvs.agents.envworkers.host import EnvHost
-from agentenvs.agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
+from agentenvs.agents.envworkers.pool import (
+    DEFAULT_ENV_TIMEOUT_S,
+    EnvWorkerError,
+    RemotePool,
+    WorkerDied,
+)
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "ProcessPool"]
 
@@ -55,7 +60,7 @@ class ProcessPool(RemotePool):
         env_kwargs: dict[str, Any] | None = None,
         *,
         env_factory: str | None = None,
-        step_timeout_s: float | None = None,
+        step_timeout_s: float | None = DEFAULT_ENV_TIMEOUT_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     ) -> None:
         super().__init__(env_id, workers, env_kwargs, env_factory, step_timeout_s)

@@ -7,8 +7,8 @@ or ``ray://HOST:10001``) or the ``RAY_ADDRESS`` variable, else starts a local Ra
 Ray down: a trainer keeps one Ray across iterations (``ray.shutdown()`` is the caller's).
 
 An actor that dies (killed, crashed, its node lost) or hangs past ``step_timeout_s`` is replaced
-and its episodes are retried once (:class:`agentenvs.agents.envworkers.pool.RemotePool`). Every node needs
-the same agentenvs installation (and environment data) as the driver.
+and its episodes are retried once (:class:`agentenvs.agents.envworkers.pool.RemotePool`). Every
+node needs the same agentenvs installation (and environment data) as the driver.
 
 Ray is optional: ``pip install 'agentenvs[ray]'``. This module imports without it; making a
 pool without it raises :class:`agentenvs.agents.envworkers.pool.EnvWorkerError` saying so.
@@ -22,7 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentenvs.agents.envworkers.host import EnvHost
-from agentenvs.agents.envworkers.pool import EnvWorkerError, RemotePool, WorkerDied
+from agentenvs.agents.envworkers.pool import (
+    DEFAULT_ENV_TIMEOUT_S,
+    EnvWorkerError,
+    RemotePool,
+    WorkerDied,
+)
 
 __all__ = ["RayPool", "connect_ray", "import_ray"]
 
@@ -97,7 +102,7 @@ class RayPool(RemotePool):
         address: str | None = None,
         cpus_per_worker: float = 1.0,
         env_factory: str | None = None,
-        step_timeout_s: float | None = None,
+        step_timeout_s: float | None = DEFAULT_ENV_TIMEOUT_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     ) -> None:
         if cpus_per_worker <= 0:

@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentenvs.agents.envworkers import parse_env_workers
+from agentenvs.agents.envworkers import (
+    DEFAULT_ENV_TIMEOUT_S,
+    ENV_TIMEOUT_HELP,
+    EnvWorkerError,
+    parse_env_timeout,
+    parse_env_workers,
+)
 from agentenvs.agents.policy import BackendUnavailableError
 from agentenvs.benchmarks.eval.evaluate import EvalResult, evaluate
 from agentenvs.benchmarks.eval.resume import resume_command, stopped_message
@@ -41,6 +47,13 @@ def _history(text: str) -> int | None | str:
         raise argparse.ArgumentTypeError(
             f"--history takes default, all or a number, got {text!r}"
         ) from None
+
+
+def _env_timeout(text: str) -> float | None:
+    try:
+        return parse_env_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _DEFAULT = "default: the protocol's"
@@ -108,6 +121,15 @@ OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
         {
             "help": "the Ray cluster of --env-workers ray (auto, HOST:6379 or ray://HOST:10001; "
             "default: RAY_ADDRESS, else a new local Ray)",
+        },
+    ),
+    (
+        ("--env-timeout",),
+        {
+            "type": _env_timeout,
+            "default": DEFAULT_ENV_TIMEOUT_S,
+            "metavar": "SECONDS",
+            "help": ENV_TIMEOUT_HELP,
         },
     ),
     (
@@ -186,6 +208,7 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
         workers=env_workers_spec(args.workers, args.ray_address),
+        env_timeout=args.env_timeout,
         max_active=args.max_active,
         agent_options=dict(args.agent_opt),
         protocol=args.protocol,
@@ -239,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nagentenvs eval: interrupted; {stopped_message(argv, out)}", file=sys.stderr)
         return 130
-    except BackendUnavailableError as exc:  # a server down for longer than its retry window
+    except (BackendUnavailableError, EnvWorkerError) as exc:  # a model or environment server
         print(f"agentenvs eval: {exc}\n{stopped_message(argv, out)}", file=sys.stderr)
         return 1
     except MissingDependencyError as exc:  # at gym.make, before any episode

@@ -105,6 +105,7 @@ def rollout_config(settings: EvalSettings) -> RolloutConfig:
         ),
         max_active=settings.max_active,
         workers=settings.workers,
+        env_timeout=settings.env_timeout,
         protocol=settings.protocol,
         episode_seeds=True,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.agents.protocols import default_protocol, env_protocol
+from agentenvs.agents.envworkers import DEFAULT_ENV_TIMEOUT_S
 
 __all__ = ["PROTOCOL_FIELDS", "EvalSettings"]
 
@@ -29,7 +30,8 @@ class EvalSettings:
     own seed (:func:`agentenvs.agents.rollout.episode_seed` of ``seed``, the episode and its turn),
     so an episode samples the same replies whatever shares its batch, ``max_active``, or whether
     the run was interrupted and resumed (with a backend whose rows are batch-independent, as the
-    transformers backend's bfloat16 paths and the embedded agent are).
+    transformers backend's bfloat16 paths and the embedded agent are). ``env_timeout``: seconds
+    an environment operation may take on remote workers (None: no limit).
     """
 
     env_id: str
@@ -45,6 +47,7 @@ class EvalSettings:
     max_new_tokens: int | None = None
     seed: int | None = 0
     workers: int | str = 0
+    env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S
     max_active: int = 64
     agent_options: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = None

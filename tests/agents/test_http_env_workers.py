@@ -30,17 +30,17 @@ from agentenvs.agents.envworkers import (  # noqa: E402
     parse_env_workers,
 )
 from agentenvs.agents.policy import Completion, Policy  # noqa: E402
-from agentenvs.agents.registry import make_policy  # noqa: E402
 from agentenvs.agents.prompts import format_reply  # noqa: E402
+from agentenvs.agents.registry import make_policy  # noqa: E402
 from agentenvs.agents.rollout import (  # noqa: E402
     RolloutConfig,
     RolloutStats,
     plan_episodes,
     run_rollouts,
 )
-
 from agentenvs.registration import make  # noqa: E402
 
+from ..serve.conftest import HangingProxy, Server, live_server  # noqa: E402
 from .conftest import cut_spec, has_expert, registered_envs  # noqa: E402
 
 TC = "TextCraft-v0"
@@ -49,49 +49,6 @@ CONFIG = RolloutConfig(max_turns=MAX_TURNS, max_active=8)
 ENV_KWARGS = {"max_turns": MAX_TURNS}
 NOTES = "env_worker_failures"
 HEALTH = "/agentenvs/v1/health"
-
-
-class Server:
-    """``agentenvs serve ENV_ID`` in a child process on a free 127.0.0.1 port.
-
-    ``version`` (tests only) makes the server report another agentenvs version."""
-
-    def __init__(self, env_id: str = TC, version: str | None = None, *options: str) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        code = (
-            "import sys, agentenvs\n"
-            "if sys.argv[3]: agentenvs.__version__ = sys.argv[3]\n"
-            "from agentenvs.serve.cli import serve_main\n"
-            "sys.exit(serve_main([sys.argv[1], '--port', sys.argv[2], *sys.argv[4:]]))\n"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, env_id, str(self.port), version or "", *options],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(self.url + HEALTH, timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the test server on {self.url} did not start")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # in case a test stopped it
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -353,6 +310,91 @@ def test_cut_starts_on_servers_match_in_process(fresh_servers) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Batches
+
+
+def test_a_rollout_steps_each_turn_in_one_batch_per_server(two_servers, undisturbed) -> None:
+    """Every turn's steps go in one ``step_batch`` per server and every admission's resets in one
+    ``reset_batch``: no single-step requests, the same trajectories as in process."""
+    with make_env_pool(TC, _spec(two_servers), ENV_KWARGS) as pool:
+        stats = RolloutStats()
+        trajectories = run_rollouts(
+            _policy("conversation"),
+            TC,
+            plan_episodes(_mixed_tasks(), 2),
+            CONFIG,
+            env_pool=pool,
+            stats=stats,
+        )
+        requests = dict(pool.requests)
+    assert _by_key(trajectories) == undisturbed["conversation"]
+    steps = sum(1 for t in trajectories for s in t.steps if s.action is not None)
+    assert requests.get("step", 0) == requests.get("reset", 0) == 0, requests
+    assert 0 < requests["step_batch"] <= 2 * stats.generate_calls < steps
+    assert 0 < requests["reset_batch"] < len(trajectories)
+
+
+def test_an_environment_crash_on_a_server_is_that_episode_error(monkeypatch, undisturbed) -> None:
+    """The environment raises on the server for one task: that episode ends with the error (a
+    500 item in its batch), the others play on, and its session is closed (never reused)."""
+    from agentenvs.serve import build_app
+    from agentenvs.textcraft import TextCraftEnv
+
+    victim = _mixed_tasks()[0]
+    real_step = TextCraftEnv.step
+
+    def step(self, action):
+        if self.task_id == victim:
+            raise RuntimeError("the crafting table caught fire")
+        return real_step(self, action)
+
+    monkeypatch.setattr(TextCraftEnv, "step", step)
+    app = build_app(TC, "agentgym")
+    with live_server(app) as url, make_env_pool(TC, url, ENV_KWARGS) as pool:
+        trajectories = _play("conversation", pool)
+        store = app.state.service.store
+        sessions = (store.created, store.closed)
+    errors = {(t.group_id, t.sample_index): t.error for t in trajectories}
+    crashed = {k: e for k, e in errors.items() if e is not None}
+    assert {k[0] for k in crashed} == {victim} and len(crashed) == 2
+    assert all(
+        e == f"step failed: RuntimeError: the crafting table caught fire (on agentenvs server "
+        f"{url})"
+        for e in crashed.values()
+    )
+    # the start-up check's session, one per slot, and a new one after each crash (its old one
+    # closed: a crashed environment is never stepped again)
+    assert sessions == (1 + 8 + 2, 1 + 2)
+    fine = {k: v for k, v in _by_key(trajectories).items() if k[0] != victim}
+    assert fine == {k: v for k, v in undisturbed["conversation"].items() if k[0] != victim}
+
+
+def test_a_long_batch_on_a_live_server_is_no_hang(monkeypatch) -> None:
+    """A batch of 8 steps of 0.1 s against a timeout of 0.3 s: past the timeout the pool asks
+    the server's health check, which the server answers between the batch's items, so the
+    batch runs to its end and nothing is given up."""
+    from agentenvs.serve import build_app
+    from agentenvs.textcraft import TextCraftEnv
+
+    config = RolloutConfig(max_turns=3, max_active=8)
+    specs = plan_episodes(_mixed_tasks(), 1)
+    policy = _policy("conversation")
+    here = _by_key(run_rollouts(policy, TC, specs, config))
+    real_step = TextCraftEnv.step
+
+    def slow_step(self, action):
+        time.sleep(0.1)
+        return real_step(self, action)
+
+    monkeypatch.setattr(TextCraftEnv, "step", slow_step)
+    with live_server(build_app(TC, "agentgym")) as url:
+        with HttpPool(TC, [url], {"max_turns": 3}, step_timeout_s=0.3) as pool:
+            there = run_rollouts(policy, TC, specs, config, env_pool=pool)
+            assert pool.restarts == 0 and pool.requests["step_batch"] == 3
+    assert _by_key(there) == here
+
+
+# --------------------------------------------------------------------------------------------
 # A server that dies mid-run
 
 
@@ -390,6 +432,74 @@ def test_a_hung_server_is_left_after_step_timeout(fresh_servers, undisturbed) ->
     notes = [n for t in trajectories for n in t.metadata.get(NOTES, [])]
     assert notes and all("gave no answer" in n for n in notes)
     assert _by_key(trajectories, keep_notes=False) == undisturbed["conversation"]
+
+
+def test_a_server_that_hangs_mid_run_is_left_after_the_timeout(fresh_servers, undisturbed):
+    """A server that accepts and reads requests but never answers (a proxy gone silent in front
+    of it, from its second step batch on): its batch misses the deadline and the health check,
+    and its episodes move to the other server, replayed exactly."""
+    proxy = HangingProxy(fresh_servers[0].url, hang_at=(b"/step_batch", 2))
+    try:
+        urls = [proxy.url, fresh_servers[1].url]
+        with HttpPool(TC, urls, ENV_KWARGS, step_timeout_s=1.0) as pool:
+            trajectories = _play("conversation", pool)
+            assert pool.restarts == 1 and pool.servers == [fresh_servers[1].url] * 2
+    finally:
+        proxy.close()
+    assert proxy.hung.is_set()
+    notes = [n for t in trajectories for n in t.metadata.get(NOTES, [])]
+    assert notes and all(f"agentenvs server {proxy.url}" in n for n in notes)
+    assert all("gave no answer within 1 s, nor to its health check" in n for n in notes)
+    assert _by_key(trajectories, keep_notes=False) == undisturbed["conversation"]
+
+
+def test_a_server_that_never_answers_fails_the_start_in_time() -> None:
+    proxy = HangingProxy()  # accepts, never answers
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(EnvWorkerError, match=f"no agentenvs server answers at {proxy.url}"):
+            make_env_pool(TC, proxy.url, ENV_KWARGS, start_timeout_s=1.0)
+        assert time.monotonic() - t0 < 30
+    finally:
+        proxy.close()
+
+
+def test_a_replay_environment_on_a_hung_server_is_lost_in_time() -> None:
+    """Replay validation's environments (one session each) have the same deadline: a step on a
+    server that stopped answering ends in ServerLost, and every later call fails at once."""
+    from agentenvs.agents.envworkers.http_env import HttpEnv, ServerLost
+
+    server = Server()
+    proxy = HangingProxy(server.url)
+    client = httpx.Client()
+    try:
+        local = make(TC, **ENV_KWARGS)
+        env = HttpEnv(proxy.url, TC, dict(ENV_KWARGS), local, client, httpx, timeout_s=1.0)
+        env.reset(options={"task_id": "agentgym/0"})
+        proxy.hang()
+        t0 = time.monotonic()
+        with pytest.raises(ServerLost, match="gave no answer to /step in time"):
+            env.step("inventory")
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(ServerLost):
+            env.snapshot()
+    finally:
+        client.close()
+        proxy.close()
+        server.stop()
+
+
+def test_env_timeout_flags() -> None:
+    from agentenvs.agents.envworkers import parse_env_timeout
+    from agentenvs.replay.cli import validate_main
+
+    assert parse_env_timeout("2.5") == 2.5
+    assert parse_env_timeout("0") is parse_env_timeout("none") is None
+    for bad in ("-1", "x", "inf"):
+        with pytest.raises(ValueError, match="--env-timeout takes seconds"):
+            parse_env_timeout(bad)
+    with pytest.raises(SystemExit):
+        validate_main(["q.jsonl", "-o", "out.jsonl", "--env-timeout", "-1"])
 
 
 def test_sessions_that_expired_between_runs_are_made_again(undisturbed) -> None:
@@ -461,6 +571,47 @@ def test_eval_cli_over_two_servers(two_servers, tmp_path, capsys) -> None:
     here = _records(tmp_path / "here" / "trajectories.jsonl")
     there = _records(tmp_path / "http" / "trajectories.jsonl")
     assert len(here) == 8 and here == there
+
+
+def test_eval_with_a_server_that_hangs_mid_run(fresh_servers, tmp_path, capsys) -> None:
+    """``agentenvs eval --env-timeout 1`` over a server that stops answering mid-run: its
+    episodes finish on the other server, with the same records as in process."""
+    from agentenvs.benchmarks.eval.cli import main
+
+    argv = [TC, "--agent", "expert", "-k", "2", "--limit", "4", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "here")]) == 0
+    proxy = HangingProxy(fresh_servers[0].url, hang_at=(b"/step_batch", 2))
+    try:
+        spec = f"{proxy.url},{fresh_servers[1].url}"
+        out = tmp_path / "http"
+        assert main([*argv, "--out", str(out), "--env-workers", spec, "--env-timeout", "1"]) == 0
+    finally:
+        proxy.close()
+    assert proxy.hung.is_set() and "8 episodes (8 new)" in capsys.readouterr().out
+    here = _records(tmp_path / "here" / "trajectories.jsonl")
+    assert _records(out / "trajectories.jsonl") == here
+
+
+def test_eval_with_its_only_server_hanging_stops_in_time(tmp_path, capsys) -> None:
+    """The only server stops answering mid-run: eval stops within the timeout's bounds with the
+    finished episodes on disk and the command that resumes the run."""
+    from agentenvs.benchmarks.eval.cli import main
+
+    server = Server()
+    proxy = HangingProxy(server.url, hang_at=(b"/step_batch", 3))
+    out = tmp_path / "hung"
+    argv = [TC, "--agent", "expert", "-k", "2", "--limit", "4", "--no-progress",
+            "--out", str(out), "--env-workers", proxy.url, "--env-timeout", "1"]
+    try:
+        t0 = time.monotonic()
+        assert main(argv) == 1
+        assert time.monotonic() - t0 < 60
+    finally:
+        proxy.close()
+        server.stop()
+    err = capsys.readouterr().err
+    assert f"no server is left: no agentenvs server answers at {proxy.url}" in err
+    assert "--env-workers" in err and "finished" in err
 
 
 def test_train_rl_cli_over_two_servers(two_servers, tiny_model_dir, tmp_path) -> None:

@@ -303,17 +303,24 @@ def test_nan_loss_stops_with_the_last_good_checkpoint(rl_fixture, tmp_path):
 
 
 def test_an_environment_error_marks_the_episode_and_the_run_goes_on(rl_fixture, tmp_path):
+    """A task that cannot reset fails its episodes on every retry: its group is left out and
+    counted, and below rollout.max_failed_fraction the run trains on the others."""
     out = tmp_path / "err"
     cfg = rl_config(
         rl_fixture,
         out,
         "grpo",
         iterations=1,
-        **{"data.tasks": "agentgym/0,agentgym/1,no-such/task", "prompts_per_iteration": 3},
+        **{
+            "data.tasks": "agentgym/0,agentgym/1,no-such/task",
+            "prompts_per_iteration": 3,
+            "rollout.max_failed_fraction": 0.5,
+        },
     )
     RLTrainer(cfg, progress=False).train()
     (m,) = metric_lines(out)
-    assert m["rollout/error_episodes"] == 4  # the 4 samples of the bad task
+    assert m["rollout/error_episodes"] == m["rollout/failed_episodes"] == 4  # the bad task's
+    assert m["rollout/dropped_groups"] == 1 and m["rollout/groups_trained"] == 2
     assert m["rollout/episodes"] == 12 and m["batch/rows"] > 0 and math.isfinite(m["actor/pg_loss"])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentenvs.train.rl.batch import StepRow, build_rows, collate, compute_advantages
 from agentenvs.train.rl.config import ALGORITHMS, AlgoSpec, RLConfig
-from agentenvs.train.rl.rollout import Episode, collect_episodes
+from agentenvs.train.rl.rollout import Episode, RolloutFailureError, collect_episodes
 from agentenvs.train.rl.starts import QueryStart, StartStream, TaskStart, load_query_starts
 from agentenvs.train.rl.trainer import RLTrainer, WeightSync, train_rl
 from agentenvs.train.rl.update import ppo_update, recompute_old_log_probs, token_log_probs
@@ -21,6 +21,7 @@ __all__ = [
     "QueryStart",
     "RLConfig",
     "RLTrainer",
+    "RolloutFailureError",
     "StartStream",
     "StepRow",
     "TaskStart",

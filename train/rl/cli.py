@@ -78,11 +78,12 @@ def rl_main(argv: list[str]) -> int:
         except ModelNotFoundError as exc:
             print(f"agentenvs train rl: {exc}", file=sys.stderr)
             return 2
+    from agentenvs.train.rl.rollout import RolloutFailureError
     from agentenvs.train.rl.trainer import train_rl
 
     try:
         final = train_rl(config, resume=args.resume, progress=not args.no_progress)
-    except NonFiniteLossError as exc:
+    except (NonFiniteLossError, RolloutFailureError) as exc:
         print(f"agentenvs train rl: {exc}", file=sys.stderr)
         return 1
     print(f"final checkpoint: {final} (load {final / 'model'} with transformers)")

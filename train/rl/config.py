@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentenvs.agents.envworkers import DEFAULT_ENV_TIMEOUT_S
 from agentenvs.suggestions import did_you_mean
 from agentenvs.train.advantages import get_advantage_estimator
 from agentenvs.train.distributed import FSDPSettings
@@ -140,12 +141,35 @@ class RolloutSettings:
     (or 0), ``process:N`` (or N), ``ray[:N][@ADDRESS]``; one pool serves the whole run."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": false}`` for Qwen3)."""
+    env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S
+    """Seconds one environment operation may take on remote workers (process, ray, http) before
+    the worker counts as hung; None or 0: no limit. The default is ten times the slowest
+    operation measured (an ALFWorld first reset, a long cut-start replay: 3.5-5 s under load)."""
+    episode_retries: int = 2
+    """Times an episode that ended on an error (an environment exception, a worker or server
+    lost, a timeout) is played again on a new environment, same task, start and prompt. A
+    transient fault clears in one; the second covers a retry that meets a dying server too;
+    what fails three times is no accident."""
+    max_failed_fraction: float = 0.25
+    """Past this fraction of an iteration's episodes failing even after their retries, the run
+    stops (after a checkpoint) with the first error and its fix. Below it, a failed episode's
+    whole group is left out of the update and counted (``rollout/failed_episodes``,
+    ``rollout/dropped_groups``); beyond a quarter the update would rest on a skewed subset of
+    the tasks, and the cause is systematic (dead servers, a broken environment)."""
 
     def __post_init__(self) -> None:
         from agentenvs.agents.envworkers import parse_env_workers
 
         self.env_workers = str(self.env_workers).strip()  # a worker count is accepted too
         parse_env_workers(self.env_workers)  # a bad spec fails at load time, listing the forms
+        if self.env_timeout is not None and self.env_timeout <= 0:
+            self.env_timeout = None  # 0: no limit, as on the command lines
+        if self.episode_retries < 0:
+            raise ValueError(f"rollout.episode_retries must be >= 0, got {self.episode_retries}")
+        if not 0.0 <= self.max_failed_fraction <= 1.0:
+            raise ValueError(
+                f"rollout.max_failed_fraction must be in [0, 1], got {self.max_failed_fraction}"
+            )
 
 
 @dataclass

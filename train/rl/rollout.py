@@ -8,11 +8,20 @@ after the task's reset (inside the worker for process and Ray pools), the conver
 from the query's canonical prompt (system + prefix history + cut-state observation), the
 prefix turns count against ``max_turns``, and a replay that no longer reaches the recorded cut
 observation ends that episode with ``error`` ("replay failed: ...") while the others go on.
+
+Failure policy (:func:`collect_episodes` with ``retries``): an episode that ended on an error (an
+environment exception, a worker or server lost past its own retry, a timeout) is played again on
+a new environment from the same spec (task, start state, prompt; its replies drawn from the
+run's seeded stream), up to ``retries`` times; each retried trajectory lists the errors of its
+earlier attempts in ``metadata["failed_attempts"]``. One that still fails keeps its error: the
+trainer leaves its whole group out of the update (:func:`failed_groups`) and counts it, and too
+many in one iteration stop the run with :class:`RolloutFailureError`, whose message gives the
+first error and its fix (:func:`failure_fix`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agentenvs.agents.envworkers import EnvWorkerPool
@@ -22,7 +31,22 @@ from agentenvs.agents.rollout import EpisodeSpec, RolloutConfig, RolloutStats, r
 from agentenvs.agents.trajectory import Trajectory
 from agentenvs.train.rl.starts import QueryStart, Start
 
-__all__ = ["Episode", "collect_episodes", "episode_spec", "resolve_history"]
+__all__ = [
+    "Episode",
+    "RolloutFailureError",
+    "collect_episodes",
+    "episode_spec",
+    "failed_groups",
+    "failure_fix",
+    "failure_metrics",
+    "resolve_history",
+]
+
+
+class RolloutFailureError(RuntimeError):
+    """Too many episodes of an iteration failed even after their retries (or the environment
+    workers are gone): the run stopped after a checkpoint; the message gives the first error and
+    its fix."""
 
 
 @dataclass
@@ -93,11 +117,13 @@ def collect_episodes(
     group_prefix: str = "",
     stats: RolloutStats | None = None,
     env_pool: EnvWorkerPool | None = None,
+    retries: int = 0,
 ) -> list[Episode]:
     """``samples`` episodes from every start, ordered by (start, sample); group ids are
     ``<group_prefix><position>:<start name>`` (unique within the call). ``env_pool``: an open
-    environment pool to play in (:func:`agentenvs.agents.rollout.make_rollout_pool`), else one made from
-    ``config.workers`` for this call."""
+    environment pool to play in (:func:`agentenvs.agents.rollout.make_rollout_pool`), else one
+    made from ``config.workers`` for this call. ``retries``: how many times an episode that
+    ended on an error is played again (the module docstring's failure policy)."""
     if any(isinstance(s, QueryStart) for s in starts):
         _check_query_prompt(env_id, config.history, config.protocol)
     groups = [f"{group_prefix}{i}:{s.name}" for i, s in enumerate(starts)]
@@ -105,13 +131,96 @@ def collect_episodes(
         episode_spec(s, g, j) for s, g in zip(starts, groups, strict=True) for j in range(samples)
     ]
     by_group = dict(zip(groups, starts, strict=True))
+
+    def play(batch: list[EpisodeSpec]) -> list[Trajectory]:
+        return run_rollouts(policy, env_id, batch, config, stats=stats, env_pool=env_pool)
+
     episodes = [
         Episode(by_group[traj.group_id], traj, _first_user_turn(by_group[traj.group_id]))
-        for traj in run_rollouts(policy, env_id, specs, config, stats=stats, env_pool=env_pool)
+        for traj in _with_retries(play, specs, retries)
     ]
     order = {g: i for i, g in enumerate(groups)}
     episodes.sort(key=lambda e: (order[e.group_id], e.trajectory.sample_index))
     return episodes
+
+
+def _with_retries(
+    play: Callable[[list[EpisodeSpec]], list[Trajectory]],
+    specs: list[EpisodeSpec],
+    retries: int,
+) -> list[Trajectory]:
+    """``play(specs)``, then the specs whose episode ended on an error played again, up to
+    ``retries`` times; every spec's last trajectory, with its earlier errors in its metadata."""
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    by_key = {(s.group_id, s.sample_index): s for s in specs}
+    latest = {(t.group_id, t.sample_index): t for t in play(specs)}
+    errors: dict[tuple[str, int], list[str]] = {}
+    for _ in range(retries):
+        failed = [key for key, traj in latest.items() if traj.error is not None]
+        if not failed:
+            break
+        for key in failed:
+            errors.setdefault(key, []).append(str(latest[key].error))
+        for traj in play([by_key[key] for key in failed]):
+            key = (traj.group_id, traj.sample_index)
+            traj.metadata["failed_attempts"] = list(errors[key])
+            latest[key] = traj
+    return list(latest.values())
+
+
+def failed_groups(episodes: Sequence[Episode]) -> set[str]:
+    """The groups with an episode that ended on an error: left out of the update whole (a group
+    without its failed member would compare the others against a biased baseline)."""
+    return {ep.group_id for ep in episodes if ep.error is not None}
+
+
+def failure_metrics(episodes: Sequence[Episode], dropped_groups: int) -> dict[str, float]:
+    """``rollout/failed_episodes`` (failed after their retries), ``rollout/dropped_groups``
+    and ``rollout/retried_episodes`` (played again at least once)."""
+    return {
+        "rollout/failed_episodes": float(sum(ep.error is not None for ep in episodes)),
+        "rollout/dropped_groups": float(dropped_groups),
+        "rollout/retried_episodes": float(
+            sum(bool(ep.trajectory.metadata.get("failed_attempts")) for ep in episodes)
+        ),
+    }
+
+
+# what to do about an episode's error, by what its message says (the first match wins)
+_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("no free session",),
+        "give the server more sessions (agentenvs serve --max-sessions), add servers, or lower "
+        "rollout.max_active",
+    ),
+    (
+        ("gave no answer", "no server is left", "agentenvs server", "environment lost", "worker"),
+        "the environment workers died or hung: restart them (agentenvs serve ... for "
+        "--env-workers http://) and check the machines they run on; if they were only slow, "
+        "raise rollout.env_timeout",
+    ),
+    (
+        ("unknown_task", "UnknownTaskError", "unknown task"),
+        "a task id the environment does not have: fix data.tasks (or the queries file)",
+    ),
+    (
+        ("replay failed",),
+        "a query's cut state no longer replays: validate the queries again with this agentenvs "
+        "version (agentenvs replay validate) and train on the new file",
+    ),
+)
+
+
+def failure_fix(error: str) -> str:
+    """What to do about an episode's ``error`` (a message of the rollout or its workers)."""
+    for needles, fix in _FIXES:
+        if any(needle in error for needle in needles):
+            return fix
+    return (
+        "the environment (or the scripted policy) raised: fix the cause the error names, or "
+        "report it with the task id"
+    )
 
 
 def _check_query_prompt(env_id: str, history: int | None | str, protocol: str | None) -> None:

@@ -13,9 +13,14 @@ scheduler, RNG states, iteration, data position); ``resume`` continues exactly (
 the rollout sampling seeds and the mini-batch shuffles derive from the seed and the iteration,
 never from state lost in a restart). A NaN or infinite loss or gradient norm stops the run with
 :class:`~agentenvs.train.runtime.NonFiniteLossError` before the optimizer step, naming the last good
-checkpoint (nothing is saved after it). An environment error ends that episode only: it is
-marked, counted (``rollout/error_episodes``), left out of its group, and reported once per
-distinct message.
+checkpoint (nothing is saved after it). Failure policy (:mod:`agentenvs.train.rl.rollout`): an
+episode that ended on an error is played again on a new environment, same task, start and prompt,
+up to ``rollout.episode_retries`` times; one that still fails takes its whole group out of the
+update (never trained as a failure), counted in ``rollout/failed_episodes`` and
+``rollout/dropped_groups`` and reported once per distinct message. More than
+``rollout.max_failed_fraction`` of an iteration's episodes failing, or environment workers gone
+for good, stop the run with :class:`~agentenvs.train.rl.rollout.RolloutFailureError` after a
+checkpoint: the first error and its fix, and ``--resume`` continues where it stopped.
 
 Rollout engines (``engine.kind``): ``transformers`` generates with the trainer's own model;
 ``vllm`` (:mod:`agentenvs.train.rl.vllm_engine`) is a colocated vLLM engine, put to sleep during the update
@@ -43,7 +48,7 @@ from typing import Any
 
 import torch
 
-from agentenvs.agents.envworkers import EnvWorkerPool
+from agentenvs.agents.envworkers import EnvWorkerError, EnvWorkerPool
 from agentenvs.agents.policy import Policy, SamplingParams
 from agentenvs.agents.rollout import RolloutConfig, RolloutStats, make_rollout_pool
 from agentenvs.train.config import config_to_dict
@@ -56,7 +61,14 @@ from agentenvs.train.rl.batch import (
     episode_metrics,
 )
 from agentenvs.train.rl.config import RLConfig
-from agentenvs.train.rl.rollout import Episode, collect_episodes
+from agentenvs.train.rl.rollout import (
+    Episode,
+    RolloutFailureError,
+    collect_episodes,
+    failed_groups,
+    failure_fix,
+    failure_metrics,
+)
 from agentenvs.train.rl.starts import StartStream, load_query_starts, task_starts
 from agentenvs.train.rl.update import (
     UpdateSettings,
@@ -158,6 +170,7 @@ class RLTrainer:
         self._warned: set[str] = set()
         self.last_checkpoint: Path | None = None
         self.env_pool: EnvWorkerPool | None = None
+        self.failures: list[str] = []  # the last rollout step's episodes' errors, after retries
 
     # ----- setup ----------------------------------------------------------------------------
 
@@ -273,6 +286,7 @@ class RLTrainer:
             max_active=r.max_active,
             workers=r.env_workers,
             protocol=self.config.protocol,
+            env_timeout=r.env_timeout,
         )
 
     def rollout_step(self, iteration: int) -> tuple[list[StepRow], dict[str, float]]:
@@ -285,7 +299,7 @@ class RLTrainer:
         rows: list[StepRow] = []
         episodes: list[Episode] = []
         kept_groups: list[str] = []
-        sampled_groups = 0
+        sampled_groups = dropped_groups = 0
         rounds = cfg.dynamic_sampling.max_rounds if cfg.dynamic_sampling_enabled else 1
         kept_total = 0  # over all ranks
         for round_ in range(rounds):
@@ -300,10 +314,13 @@ class RLTrainer:
                 group_prefix=f"{round_}.",
                 stats=stats,
                 env_pool=self.env_pool,
+                retries=cfg.rollout.episode_retries,
             )
             episodes.extend(new)
+            dropped = failed_groups(new)
+            dropped_groups += len(dropped)
             new_rows, _ = build_rows(
-                new,
+                [ep for ep in new if ep.group_id not in dropped],
                 self.tokenizer,
                 chat_template_kwargs=cfg.rollout.chat_template_kwargs,
                 invalid_penalty=cfg.invalid_penalty,
@@ -321,14 +338,15 @@ class RLTrainer:
             kept_total = int(self.dist.sum([len(kept_groups)])[0])
             if kept_total >= cfg.prompts_per_iteration:
                 break
-        for ep in episodes:
-            if ep.error is not None:
-                self._warn(f"an episode ended on an error (marked, left out): {ep.error}")
+        self.failures = [ep.error for ep in episodes if ep.error is not None]
+        for error in self.failures:
+            self._warn(f"an episode failed after its retries (its group left out): {error}")
         if cfg.save_episodes:
             self._save_episodes(iteration, episodes)
         metrics = episode_metrics(episodes)
         metrics.update(
             {
+                **failure_metrics(episodes, dropped_groups),
                 "rollout/rounds": float(round_ + 1),
                 "rollout/groups_trained": float(len(kept_groups)),
                 "rollout/generated_tokens": float(stats.generated_tokens),
@@ -402,8 +420,14 @@ class RLTrainer:
         times: dict[str, float] = {}
         clock = time.perf_counter()
         generates_with_model = getattr(self.policy, "model", None) is self.model
-        with gathered(self.model) if generates_with_model else contextlib.nullcontext():
-            rows, metrics = self.rollout_step(it)
+        try:
+            with gathered(self.model) if generates_with_model else contextlib.nullcontext():
+                rows, metrics = self.rollout_step(it)
+        except EnvWorkerError as exc:  # the pool cannot run at all (no server left, ...)
+            self._stop_on_failures(
+                f"iteration {it}: the environment workers failed: {exc}", str(exc), exc
+            )
+        self._check_failures(it, metrics["rollout/episodes"])
         sleep = getattr(self.policy, "sleep", None)
         if callable(sleep):  # a colocated engine gives its memory to the update
             sleep()
@@ -473,6 +497,36 @@ class RLTrainer:
         if any(skipped.values()):
             self._warn(f"queries left out of {data.queries}: {skipped}")
         return starts
+
+    def _check_failures(self, iteration: int, episodes: float) -> None:
+        """Stop the run when more than ``rollout.max_failed_fraction`` of the iteration's
+        ``episodes`` (over all ranks) failed (:attr:`failures`, set by :meth:`rollout_step`)."""
+        failed = self.failures
+        n_failed, n_total = (int(x) for x in self.dist.sum([len(failed), int(episodes)]))
+        limit = self.config.rollout.max_failed_fraction
+        if n_total and n_failed / n_total > limit:
+            first = failed[0] if failed else "(on another rank)"
+            self._stop_on_failures(
+                f"iteration {iteration}: {n_failed} of {n_total} episodes failed after "
+                f"{self.config.rollout.episode_retries} retries each, more than "
+                f"rollout.max_failed_fraction={limit:g}; the first: {first}",
+                first,
+            )
+
+    def _stop_on_failures(
+        self, what: str, error: str, cause: BaseException | None = None
+    ) -> None:
+        """Checkpoint (unless this step's is on disk already) and stop with ``what``, the fix
+        of ``error`` and how to resume."""
+        saved = self.last_checkpoint is not None and self.last_checkpoint.name.endswith(
+            f"{self.state.step:07d}"
+        )
+        if not saved:
+            self._save()
+        raise RolloutFailureError(
+            f"{what}. Fix: {failure_fix(error)}. The run stopped at {self.last_checkpoint}; "
+            "continue it with the same command and --resume"
+        ) from cause
 
     def _save(self) -> None:
         self.last_checkpoint = save_checkpoint(

@@ -1,0 +1,189 @@
+"""``step_batch`` / ``reset_batch`` on a real server: results in order, each item what the single
+route answers for it (body and status), an item's error in its place while the others step."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import requests
+
+from agentenvs import env_class
+from agentenvs.serve import build_app
+from agentenvs.serve.native import MAX_BATCH_ITEMS
+
+from .conftest import expert_episode, live_server
+
+V1 = "/agentenvs/v1"
+TC = "TextCraft-v0"
+
+
+class Client:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = requests.Session()
+
+    def post(self, route: str, body: object) -> tuple[int, dict]:
+        r = self.http.post(self.url + V1 + route, json=body, timeout=60)
+        return r.status_code, r.json()
+
+    def session(self) -> str:
+        return self.post("/sessions", {})[1]["session"]
+
+    def batch(self, route: str, key: str, items: list) -> list[tuple[int, dict]]:
+        """The batch's results as (status, the rest) pairs, like single answers."""
+        status, body = self.post(route, {key: items})
+        assert status == 200, body
+        assert len(body["results"]) == len(items)
+        return [(r.pop("status"), r) for r in body["results"]]
+
+
+@pytest.fixture(scope="module")
+def client(textcraft_url: str) -> Client:
+    return Client(textcraft_url)
+
+
+def test_whole_expert_episodes_in_batches_equal_single_steps(client: Client) -> None:
+    """Eight episodes of different lengths stepped together, one batch per turn, each item equal
+    to the single route's answer in a session of its own playing the same actions."""
+    tasks = env_class(TC)().task_ids("test")[::60][:8]
+    episodes = {t: expert_episode(TC, t)[0] for t in tasks}
+    assert len({len(a) for a in episodes.values()}) > 1  # some finish before others
+    batched = {t: client.session() for t in tasks}
+    single = {t: client.session() for t in tasks}
+    resets = client.batch("/reset_batch", "resets",
+                          [{"session": batched[t], "task_id": t} for t in tasks])
+    for t, result in zip(tasks, resets, strict=True):
+        assert result == client.post("/reset", {"session": single[t], "task_id": t})
+    for turn in range(max(len(a) for a in episodes.values())):
+        live = [t for t in tasks if turn < len(episodes[t])]
+        items = [{"session": batched[t], "action": episodes[t][turn]} for t in live]
+        for t, result in zip(live, client.batch("/step_batch", "steps", items), strict=True):
+            expected = client.post("/step", {"session": single[t], "action": episodes[t][turn]})
+            assert result == expected
+            assert result[1]["info"]["turn"] == turn + 1
+    for t in tasks:  # every episode won, and stepping on is the single route's 409
+        over = client.batch("/step_batch", "steps", [{"session": batched[t], "action": "x"}])
+        assert over == [client.post("/step", {"session": single[t], "action": "x"})]
+        assert over[0][0] == 409 and over[0][1]["error"]["type"] == "episode_over"
+
+
+def test_each_items_error_stands_in_its_place(client: Client) -> None:
+    a, b, fresh = client.session(), client.session(), client.session()
+    client.batch("/reset_batch", "resets", [{"session": s, "task_id": "agentgym/5"}
+                                            for s in (a, b)])
+    limit = env_class(TC).max_action_length
+    items = [
+        {"session": a, "action": "inventory"},
+        {"session": "nope", "action": "inventory"},      # unknown session
+        {"session": fresh, "action": "inventory"},       # never reset
+        "not an object",
+        {"session": b},                                  # no action
+        {"session": b, "action": 3},                     # mistyped
+        {"session": b, "action": "inventory", "x": 1},   # extra field
+        {"session": b, "action": "x" * (limit + 1)},     # too long
+        {"session": b, "action": "inventory"},
+        {"session": a, "action": "inventory"},           # the same session again, in order
+    ]
+    results = client.batch("/step_batch", "steps", items)
+    statuses = [status for status, _ in results]
+    assert statuses == [200, 404, 409, 422, 422, 422, 422, 413, 200, 200]
+    types = [body.get("error", {}).get("type") for _, body in results]
+    assert types == [None, "unknown_session", "reset_needed", "bad_request", "bad_request",
+                     "bad_request", "bad_request", "action_too_long", None, None]
+    assert [body["info"]["turn"] for s, body in results if s == 200] == [1, 1, 2]
+    assert "steps.3" in results[3][1]["error"]["message"]
+    assert "steps.4.action" in results[4][1]["error"]["message"]
+    # an error item is exactly the single route's error answer (body and status)
+    assert results[1] == client.post("/step", {"session": "nope", "action": "inventory"})
+    assert results[2] == client.post("/step", {"session": fresh, "action": "inventory"})
+    assert results[7] == client.post("/step", {"session": b, "action": "x" * (limit + 1)})
+
+
+def test_reset_batch_errors_and_seeds(client: Client) -> None:
+    a, b = client.session(), client.session()
+    results = client.batch("/reset_batch", "resets", [
+        {"session": a, "task_id": "agentgym/x"},
+        {"session": b, "seed": 7},
+        {"session": b, "seed": -1},
+        {"session": "gone"},
+        {"session": a, "task_id": "agentgym/9"},
+    ])
+    assert [s for s, _ in results] == [400, 200, 422, 404, 200]
+    assert results[0][1]["error"]["type"] == "unknown_task"
+    assert results[1] == client.post("/reset", {"session": b, "seed": 7})
+    assert results[4][1]["info"]["task_id"] == "agentgym/9"
+
+
+def test_the_request_itself_malformed_or_too_big(client: Client) -> None:
+    for body in ({"steps": {}}, {"steps": [], "extra": 1}, {}, {"resets": [1]}):
+        status, answer = client.post("/step_batch", body)
+        assert status == 422 and answer["error"]["type"] == "bad_request", answer
+    status, answer = client.post("/step_batch", {"steps": [{}] * (MAX_BATCH_ITEMS + 1)})
+    assert status == 422 and "at most" in answer["error"]["message"]
+    assert client.post("/step_batch", {"steps": []})[1]["results"] == []
+
+
+def test_an_environment_crash_is_that_items_500() -> None:
+    app = build_app(TC)
+    with live_server(app) as url:
+        c = Client(url)
+        ok, broken = c.session(), c.session()
+        c.batch("/reset_batch", "resets", [{"session": s, "task_id": "agentgym/1"}
+                                           for s in (ok, broken)])
+        env = app.state.service.store.get(broken).env
+
+        def crash(action: str) -> None:
+            raise RuntimeError("the engine fell over")
+
+        env.step = crash
+        results = c.batch("/step_batch", "steps", [{"session": broken, "action": "inventory"},
+                                                   {"session": ok, "action": "inventory"}])
+        assert results[0][0] == 500 and results[0][1]["error"] == {
+            "type": "internal_error", "message": "RuntimeError: the engine fell over"}
+        assert results[1][0] == 200 and results[1][1]["info"]["turn"] == 1
+        assert c.post("/step", {"session": broken, "action": "inventory"}) == results[0]
+
+
+def test_a_long_batch_lets_a_health_check_through() -> None:
+    """A batch of slow steps yields between items: the server answers its health check while
+    the batch runs (how a client tells a long batch from a hung server)."""
+    app = build_app(TC)
+    with live_server(app) as url:
+        c = Client(url)
+        sessions = [c.session() for _ in range(20)]
+        c.batch("/reset_batch", "resets", [{"session": s, "task_id": "agentgym/1"}
+                                           for s in sessions])
+        for sid in sessions:
+            env = app.state.service.store.get(sid).env
+            slow_step = env.step
+
+            def step(action: str, _step=slow_step) -> object:
+                time.sleep(0.1)
+                return _step(action)
+
+            env.step = step
+        answer: list = []
+        batch = threading.Thread(target=lambda: answer.append(c.batch(
+            "/step_batch", "steps", [{"session": s, "action": "inventory"} for s in sessions])))
+        batch.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        health = requests.get(url + V1 + "/health", timeout=5)
+        waited = time.monotonic() - t0
+        assert batch.is_alive(), "the batch finished before the health check: not a test"
+        batch.join(30)
+    assert health.status_code == 200 and waited < 1.0
+    assert [s for s, _ in answer[0]] == [200] * 20
+
+
+@pytest.mark.slow  # openenv's import alone takes most of it
+def test_the_batch_routes_are_on_the_openenv_api_too() -> None:
+    pytest.importorskip("openenv")
+    with live_server(build_app(TC, "openenv")) as url:
+        c = Client(url)
+        sid = c.session()
+        resets = c.batch("/reset_batch", "resets", [{"session": sid, "task_id": "agentgym/1"}])
+        steps = c.batch("/step_batch", "steps", [{"session": sid, "action": "inventory"}])
+    assert resets[0][0] == steps[0][0] == 200 and steps[0][1]["info"]["turn"] == 1
