@@ -56,7 +56,7 @@ from agentenvs.train.rl.batch import (
 )
 from agentenvs.train.rl.config import RLConfig
 from agentenvs.train.rl.rollout import Episode, collect_episodes
-from agentenvs.train.rl.starts import StartStream, load_query_starts, task_starts
+from agentenvs.train.rl.starts import StartStream, episode_starts
 from agentenvs.train.rl.update import (
     UpdateSettings,
     apply_correction,
@@ -443,13 +443,7 @@ class RLTrainer:
     # ----- helpers ------------------------------------------------------------------------------
 
     def _starts(self) -> list[Any]:
-        data = self.config.data
-        if self.config.spec.starts == "tasks":
-            return task_starts(data.env_id, data.tasks, data.split, data.limit, data.task_seed)
-        starts, skipped = load_query_starts(data.queries, data.env_id, data.strategies)
-        if any(skipped.values()):
-            self._warn(f"queries left out of {data.queries}: {skipped}")
-        return starts
+        return episode_starts(self.config, self._warn)
 
     def _save(self) -> None:
         self.last_checkpoint = save_checkpoint(
