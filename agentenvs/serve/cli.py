@@ -32,7 +32,7 @@ def worker_urls(host: str, port: int, workers: int) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from agentenvs.serve.app import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
+    from agentenvs.serve.settings import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 
     p = argparse.ArgumentParser(prog="agentenvs serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,11 +86,7 @@ def serve_main(argv: list[str]) -> int:
         return 2
     from agentenvs.serve import require_serve_deps
 
-    try:
-        require_serve_deps(*(("openenv",) if args.api == "openenv" else ()))
-    except ImportError as exc:
-        print(f"agentenvs serve: {exc}", file=sys.stderr)
-        return 2
+    require_serve_deps(*(("openenv",) if args.api == "openenv" else ()))  # one line if missing
     urls = worker_urls(args.host, args.port, args.workers)
     print(f"agentenvs serve {args.env_id} --api {args.api}: {' '.join(urls)}", flush=True)
     if args.workers == 1:
