@@ -2,7 +2,7 @@
 
 ``build_app(env_id, api)`` returns the ASGI app (FastAPI) that serves one environment id through
 AgentGym's routes (``api="agentgym"``, a drop-in for AgentGym's servers) or OpenEnv's
-(``api="openenv"``, openenv-core's server types), both with the native routes
+(``api="openenv"``, OpenEnv's server types), both with the native routes
 ``/agentenvs/v1/...`` (sessions, snapshot/restore, replay, task listing, health). See
 docs/serving.md.
 

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("env_id", choices=sorted(ENVIRONMENTS), metavar="ENV_ID",
                    help=f"one of {sorted(ENVIRONMENTS)}")
     p.add_argument("--api", choices=APIS, default="agentgym",
-                   help="agentgym: AgentGym's routes; openenv: openenv-core's (default agentgym)")
+                   help="agentgym: AgentGym's routes; openenv: OpenEnv's (default agentgym)")
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="first worker's port (default 8000)")
     p.add_argument("--workers", type=int, default=1,

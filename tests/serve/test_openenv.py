@@ -140,3 +140,17 @@ def test_openenvs_task_api_lists_our_splits_and_tasks() -> None:
         # the one-shot HTTP reset takes the same split and index
         r = requests.post(url + "/reset", json={"split": "test", "index": 5})
         assert r.status_code == 200 and r.json()["observation"]["info"]["task_id"] == ids[5]
+
+
+def test_trls_openenv_harness_imports_with_this_openenv(monkeypatch) -> None:
+    """TRL 1.16's OpenEnv path (its async GRPO harness) imports from the ``openenv`` name that
+    [serve] installs; no extra needs the ``openenv-core`` name."""
+    pytest.importorskip("trl")
+    import importlib
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # it warns that the API may change
+
+    harness = importlib.import_module("trl.experimental.async_grpo.openenv_harness")
+    assert harness.HarnessAdapter.__module__.startswith("openenv.core.harness")
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("openenv-core")
