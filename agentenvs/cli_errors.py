@@ -91,10 +91,9 @@ def missing_extra(exc: ImportError) -> str | None:
         return text if "\n" not in text else None
     top = (exc.name or "").partition(".")[0]
     extra = _extra_of(top)
-    if extra is None:
+    if extra is None or _installed(top):  # installed but broken: not a missing extra
         return None
-    missing = [m for m in EXTRAS[extra] if m == top or not _installed(m)]
-    return _needs(extra, missing)
+    return _needs(extra, [m for m in EXTRAS[extra] if not _installed(m)])
 
 
 def run_command(prog: str, target: str, argv: Sequence[str]) -> int:

@@ -35,16 +35,22 @@ def command_config(
     resume: bool,
 ) -> T:
     """``cls`` built from ``config_file`` and ``overrides``, then the flags given (``{key:
-    value}``, None or empty: not given); its ``model`` resolved (:func:`resolve_model`) unless
-    resuming without one, where the checkpoint's model is read."""
-    given = [*overrides, *(f"{key}={value}" for key, value in flags.items() if value)]
-    config = load_config(cls, config_file, given)
-    model = config.model  # type: ignore[attr-defined]
-    if model or not resume:
-        from agentenvs.agents.models import ModelNotFoundError, resolve_model
-
-        try:
-            config.model = resolve_model(model, what="--model")  # type: ignore[attr-defined]
-        except ModelNotFoundError as exc:
-            raise ConfigError(str(exc)) from None
+    value}``, None or empty: not given); its ``model`` resolved (:func:`resolve_model`; a
+    ``--model`` flag first of all) unless resuming without one, where the checkpoint's model is
+    read."""
+    flags = {key: value for key, value in flags.items() if value}
+    if "model" in flags:
+        flags["model"] = _resolve(flags["model"])
+    config = load_config(cls, config_file, [*overrides, *(f"{k}={v}" for k, v in flags.items())])
+    if "model" not in flags and (config.model or not resume):  # type: ignore[attr-defined]
+        config.model = _resolve(config.model)  # type: ignore[attr-defined]
     return config
+
+
+def _resolve(model: str) -> str:
+    from agentenvs.agents.models import ModelNotFoundError, resolve_model
+
+    try:
+        return resolve_model(model, what="--model")
+    except ModelNotFoundError as exc:
+        raise ConfigError(str(exc)) from None

@@ -161,3 +161,14 @@ def test_extras_table_matches_pyproject():
         for module in modules:
             dists = {d.lower().replace("-", "_") for d in providers.get(module, [module])}
             assert dists & wanted, f"{module} ({dists}) is not a requirement of [{extra}]"
+
+
+def test_an_import_error_of_an_installed_module_is_not_a_missing_extra():
+    from agentenvs.cli_errors import MissingExtraError, missing_extra
+
+    broken = ImportError("cannot import name 'nope' from 'torch'", name="torch")
+    assert missing_extra(broken) is None  # torch is installed here: a real error, re-raised
+    absent = ModuleNotFoundError("No module named 'minigridx'", name="minigridx")
+    assert missing_extra(absent) is None  # not a module of any extra
+    named = MissingExtraError("needs fastapi: pip install 'agentenvs[serve]'", name="fastapi")
+    assert missing_extra(named) == "needs fastapi: pip install 'agentenvs[serve]'"
