@@ -2,13 +2,17 @@
 
 Each subcommand is a function ``f(argv) -> int`` in its own module; this file imports that
 module only when the subcommand runs, so ``agentenvs list`` never imports torch and the layering
-of docs/architecture.md holds (this is its one sanctioned exception: it may name modules of any package).
+of docs/architecture.md holds (this is its one sanctioned exception: it may name modules of any
+package).
+Every subcommand runs through :func:`agentenvs.cli_errors.run_command`: a bad setting or a missing
+extra is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+
+from agentenvs.cli_errors import run_command
 
 __all__ = ["COMMANDS", "main"]
 
@@ -31,7 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agentenvs.benchmarks.view.cli:view_main",
         "see eval, train rl and replay runs in a browser; compare two (served or --export)",
     ),
-    "train sft": ("agentenvs.train.sft:sft_main", "supervised fine-tuning on trajectories (assistant turns)"),
+    "train sft": (
+        "agentenvs.train.sft_cli:sft_main",
+        "supervised fine-tuning on trajectories (assistant turns)",
+    ),
     "models fetch": (
         "agentenvs.agents.models:fetch_main",
         "get a model's weights into the local cache (the embedded model) for offline runs",
@@ -40,7 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agentenvs.serve.cli:serve_main",
         "serve an environment over HTTP (AgentGym's or OpenEnv's API)",
     ),
-    "train rl": ("agentenvs.train.rl.cli:rl_main", "RL: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo"),
+    "train rl": (
+        "agentenvs.train.rl.cli:rl_main",
+        "RL: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo",
+    ),
 }
 
 
@@ -66,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for n_words in (2, 1):
         name = " ".join(argv[:n_words])
         if name in COMMANDS:
-            module, _, function = COMMANDS[name][0].partition(":")
-            entry = getattr(importlib.import_module(module), function)
-            return int(entry(argv[n_words:]) or 0)
+            return run_command(f"agentenvs {name}", COMMANDS[name][0], argv[n_words:])
     print(f"agentenvs: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

@@ -4,28 +4,70 @@ Every trainer's settings are a dataclass with a docstring per field (the default
 papers'). :func:`load_config` reads an optional file, applies command-line overrides such as
 ``lr=5e-6`` or ``rollout.temperature=0.7`` (dotted keys reach nested dataclasses), converts each
 value to the field's type, and names the valid keys (with a "did you mean") for an unknown one.
-:func:`config_to_dict` gives the plain form that trainers save beside their checkpoints.
+A dataclass checks its values in ``__post_init__`` (:func:`check_ranges` for the numeric ones), so
+a bad setting is a :class:`ConfigError` before any model loads; on the command line that is one
+line with its fix (:mod:`agentenvs.cli_errors`). :func:`config_to_dict` gives the plain form that
+trainers save beside their checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentenvs.cli_errors import CommandError
 from agentenvs.suggestions import did_you_mean
 
-__all__ = ["ConfigError", "config_to_dict", "load_config", "parse_overrides"]
+__all__ = [
+    "RANGES",
+    "ConfigError",
+    "check_device",
+    "check_ranges",
+    "config_to_dict",
+    "load_config",
+    "parse_overrides",
+]
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
-    """A configuration file or override that does not fit the config dataclass."""
+class ConfigError(CommandError):
+    """A configuration file, override or value that does not fit the config dataclass (or the
+    data it names); the message says what and how to fix it."""
+
+
+# rule -> the test of a value; None (an optional setting left unset) passes every rule
+RANGES: dict[str, Callable[[float], bool]] = {
+    "> 0": lambda v: v > 0,
+    ">= 0": lambda v: v >= 0,
+    ">= 1": lambda v: v >= 1,
+    ">= 2": lambda v: v >= 2,
+    "> 1": lambda v: v > 1,
+    "in [0, 1)": lambda v: 0 <= v < 1,
+    "in (0, 1]": lambda v: 0 < v <= 1,
+}
+
+
+def check_ranges(settings: Any, rules: Mapping[str, str], prefix: str = "") -> None:
+    """Raise ValueError for the first field of the dataclass ``settings`` whose value breaks its
+    rule (a key of :data:`RANGES`), naming the setting, the rule and the field's default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+    for name, rule in rules.items():
+        value = getattr(settings, name)
+        if value is None or RANGES[rule](value):
+            continue
+        default = defaults.get(name, dataclasses.MISSING)
+        fix = "" if default in (dataclasses.MISSING, None) else f" (default {default!r})"
+        raise ValueError(
+            f"{prefix}{name} must be {rule}, got {value!r}: give {prefix}{name} a value "
+            f"{rule}{fix}"
+        )
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -149,8 +191,24 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
     kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
     try:
         return cls(**kwargs)
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{cls.__name__}: {exc}") from exc
+        raise ConfigError(str(exc)) from exc
+
+
+def check_device(device: str) -> None:
+    """Raise ValueError unless ``device`` is ``auto``, ``cpu``, ``mps``, or ``cuda`` / ``cuda:N``
+    on a machine that has CUDA (imports torch only for the last)."""
+    if device in ("auto", "cpu", "mps"):
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, not {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"device={device}, but torch sees no CUDA device here: use device=auto "
+                         "(CUDA when there is one) or device=cpu")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

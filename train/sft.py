@@ -15,22 +15,20 @@ RNG states, data position). Under ``torchrun`` the same command trains on many p
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from agentenvs.agents.models import ModelNotFoundError, resolve_model
+from agentenvs.agents.models import resolve_model
 from agentenvs.agents.trajectory import Trajectory, read_trajectories
 from agentenvs.replay.tokens import render_chat
-from agentenvs.train.config import config_to_dict, load_config
+from agentenvs.train.config import ConfigError, check_device, check_ranges, config_to_dict
 from agentenvs.train.device import autocast_context
 from agentenvs.train.distributed import (
     DistContext,
@@ -53,7 +51,7 @@ from agentenvs.train.runtime import (
     seed_everything,
 )
 
-__all__ = ["SFTConfig", "SFTExample", "build_examples", "sft_main", "train_sft"]
+__all__ = ["SFTConfig", "SFTExample", "build_examples", "train_sft"]
 
 IGNORE_INDEX = -100
 
@@ -80,7 +78,7 @@ class SFTConfig:
     """Peak learning rate (the paper: 1e-5)."""
     warmup_ratio: float = 0.1
     """Fraction of the steps with linear warmup (the paper: 0.1)."""
-    schedule: str = "cosine"
+    schedule: Literal["cosine", "constant"] = "cosine"
     """``cosine`` or ``constant`` after warmup."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
@@ -97,7 +95,8 @@ class SFTConfig:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda``; under torchrun each process takes
     ``cuda:LOCAL_RANK``."""
     fsdp: FSDPSettings = field(default_factory=FSDPSettings)
-    """FSDP2 settings, read under torchrun only (:class:`agentenvs.train.distributed.FSDPSettings`)."""
+    """FSDP2 settings, read under torchrun only
+    (:class:`agentenvs.train.distributed.FSDPSettings`)."""
     seed: int = 0
     save_every: int = 0
     """Checkpoint every N steps (0: at the end of every epoch)."""
@@ -107,13 +106,40 @@ class SFTConfig:
     wandb_project: str | None = None
 
     def __post_init__(self) -> None:
+        check_ranges(self, SFT_RANGES)
         if self.batch_size % self.micro_batch_size:
             raise ValueError(
                 f"batch_size {self.batch_size} must be a multiple of micro_batch_size "
-                f"{self.micro_batch_size}"
+                f"{self.micro_batch_size}: set micro_batch_size to a divisor of it (e.g. "
+                f"micro_batch_size={math.gcd(self.batch_size, self.micro_batch_size)}) or "
+                f"batch_size to a multiple of {self.micro_batch_size}"
             )
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, not {self.precision!r}")
+        check_device(self.device)
+        missing = [p for p in self.data if not Path(p).is_file()]
+        if missing:
+            raise ValueError(
+                f"data: no trajectory file at {missing[0]}; give the JSONL files of "
+                "'agentenvs eval' or a rollout (--data FILE ...)"
+            )
+
+
+# the numeric settings' ranges (agentenvs.train.config.RANGES)
+SFT_RANGES = {
+    "epochs": ">= 1",
+    "max_steps": ">= 1",
+    "lr": "> 0",
+    "warmup_ratio": "in [0, 1)",
+    "weight_decay": ">= 0",
+    "max_grad_norm": "> 0",
+    "batch_size": ">= 1",
+    "micro_batch_size": ">= 1",
+    "max_length": ">= 2",
+    "save_every": ">= 0",
+    "keep_checkpoints": ">= 1",
+    "log_every": ">= 1",
+}
 
 
 @dataclass(frozen=True)
@@ -199,19 +225,28 @@ def _token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _load_data(config: SFTConfig) -> list[Trajectory]:
+    """The trajectories to train on; a :class:`ConfigError` (with its fix) when there are none
+    or a line is invalid and ``skip_invalid_lines`` is off."""
     if not config.data:
-        raise ValueError("no training data: set data=<trajectories.jsonl>[,<more.jsonl>]")
+        raise ConfigError("no training data: give --data <trajectories.jsonl> [<more.jsonl>]")
     out: list[Trajectory] = []
     for path in config.data:
         errors: list[str] = []
-        out.extend(read_trajectories(path, skip_invalid=config.skip_invalid_lines, errors=errors))
+        out.extend(read_trajectories(path, skip_invalid=True, errors=errors))
+        if errors and not config.skip_invalid_lines:
+            raise ConfigError(
+                f"{len(errors)} invalid line(s), the first {errors[0]}; fix the file or skip "
+                "such lines with skip_invalid_lines=true"
+            )
         for message in errors:
             print(f"skipped corrupt line {message}", file=sys.stderr)
     if config.success_only:
         out = [t for t in out if t.won]
     if not out:
-        raise ValueError(
-            f"no usable trajectories in {config.data} (success_only={config.success_only})"
+        fix = " (or set success_only=false)" if config.success_only else ""
+        raise ConfigError(
+            f"no usable trajectories in {config.data} (success_only={config.success_only}): give "
+            f"files with {'won ' if config.success_only else ''}episodes{fix}"
         )
     return out
 
@@ -302,9 +337,10 @@ def _start_run(config: SFTConfig, ctx: DistContext, *, resume: bool) -> _SFTRun:
     if resume and checkpoint is None and ctx.is_main:
         print(f"no checkpoint under {out_dir}; starting from {config.model}", file=sys.stderr)
     source = str(checkpoint / "model") if checkpoint else resolve_model(config.model)
+    trajectories = _load_data(config)
     seed_everything(config.seed)
     tokenizer, model = _load_model(source, config, ctx)
-    examples = build_examples(_load_data(config), tokenizer, config.max_length)
+    examples = build_examples(trajectories, tokenizer, config.max_length)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     total = steps_per_epoch * config.epochs
     total = min(total, config.max_steps) if config.max_steps else total
@@ -430,34 +466,3 @@ def _train_step(run: _SFTRun, batch: list[SFTExample]) -> dict[str, float]:
         "train/label_tokens": n_tokens,
         "train/tokens_per_s": sum(len(e.input_ids) for e in batch) / elapsed,
     }
-
-
-def sft_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="agentenvs train sft", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--config", help="YAML or TOML file of SFTConfig settings")
-    parser.add_argument("--model", help="model directory, hub id or embedded (model=...)")
-    parser.add_argument("--data", nargs="+", help="trajectory JSONL files (same as data=...)")
-    parser.add_argument("--out", help="output directory (same as out_dir=...)")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    parser.add_argument("overrides", nargs="*", help="key=value settings, e.g. lr=2e-5 epochs=3")
-    args = parser.parse_args(argv)
-    overrides = list(args.overrides)
-    if args.model:
-        overrides.append(f"model={args.model}")
-    if args.data:
-        overrides.append("data=" + ",".join(args.data))
-    if args.out:
-        overrides.append(f"out_dir={args.out}")
-    config = load_config(SFTConfig, args.config, overrides)
-    try:  # embedded, a local directory or a hub id; a bad one is one line, not a traceback
-        if config.model or not args.resume:
-            config.model = resolve_model(config.model, what="--model")
-    except ModelNotFoundError as exc:
-        print(f"agentenvs train sft: {exc}", file=sys.stderr)
-        return 2
-    final = train_sft(config, resume=args.resume)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(f"final checkpoint: {final} (load {final / 'model'} with transformers)")
-    return 0

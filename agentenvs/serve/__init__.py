@@ -2,7 +2,7 @@
 
 ``build_app(env_id, api)`` returns the ASGI app (FastAPI) that serves one environment id through
 AgentGym's routes (``api="agentgym"``, a drop-in for AgentGym's servers) or OpenEnv's
-(``api="openenv"``, openenv-core's server types), both with the native routes
+(``api="openenv"``, OpenEnv's server types), both with the native routes
 ``/agentenvs/v1/...`` (sessions, snapshot/restore, replay, task listing, health). See
 docs/serving.md.
 
@@ -19,15 +19,11 @@ _DEPS = ("fastapi", "uvicorn", "orjson")
 
 
 def require_serve_deps(*extra: str) -> None:
-    """Raise one clear ImportError naming the extra when a serving dependency is missing."""
-    import importlib.util
+    """Raise :class:`~agentenvs.cli_errors.MissingExtraError` (an ImportError naming the
+    ``serve`` extra) when a serving dependency is missing."""
+    from agentenvs.cli_errors import require_extra
 
-    missing = [m for m in (*_DEPS, *extra) if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(
-            f"agentenvs serve needs {missing}, which are not installed: "
-            "pip install 'agentenvs[serve]'"
-        )
+    require_extra("serve", *_DEPS, *extra)
 
 
 def build_app(env_id: str, api: str = "agentgym", **kwargs: Any) -> Any:

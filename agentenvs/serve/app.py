@@ -26,13 +26,11 @@ from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
 from agentenvs.serve.native import add_native_routes
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import SessionStore
+from agentenvs.serve.settings import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 from agentenvs.serve.tokens import server_key
 
 __all__ = ["APIS", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_SESSIONS", "build_app", "default_kwargs"]
 
-APIS = ("agentgym", "openenv")
-DEFAULT_MAX_SESSIONS = 4096
-DEFAULT_IDLE_TIMEOUT = 3600.0
 MAX_BODY_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("agentenvs.serve")
 

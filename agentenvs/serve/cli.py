@@ -32,14 +32,14 @@ def worker_urls(host: str, port: int, workers: int) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from agentenvs.serve.app import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
+    from agentenvs.serve.settings import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 
     p = argparse.ArgumentParser(prog="agentenvs serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env_id", choices=sorted(ENVIRONMENTS), metavar="ENV_ID",
                    help=f"one of {sorted(ENVIRONMENTS)}")
     p.add_argument("--api", choices=APIS, default="agentgym",
-                   help="agentgym: AgentGym's routes; openenv: openenv-core's (default agentgym)")
+                   help="agentgym: AgentGym's routes; openenv: OpenEnv's (default agentgym)")
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="first worker's port (default 8000)")
     p.add_argument("--workers", type=int, default=1,
@@ -86,11 +86,7 @@ def serve_main(argv: list[str]) -> int:
         return 2
     from agentenvs.serve import require_serve_deps
 
-    try:
-        require_serve_deps(*(("openenv",) if args.api == "openenv" else ()))
-    except ImportError as exc:
-        print(f"agentenvs serve: {exc}", file=sys.stderr)
-        return 2
+    require_serve_deps(*(("openenv",) if args.api == "openenv" else ()))  # one line if missing
     urls = worker_urls(args.host, args.port, args.workers)
     print(f"agentenvs serve {args.env_id} --api {args.api}: {' '.join(urls)}", flush=True)
     if args.workers == 1:

@@ -1,10 +1,15 @@
-"""``--api openenv``: every environment through openenv-core's server types.
+"""``--api openenv``: every environment through OpenEnv's server types (the ``openenv``
+distribution, 0.10).
 
-openenv-core (0.3.0, meta-pytorch/OpenEnv) serves an ``Environment`` subclass with typed
-``Action``, ``Observation`` and ``State`` models through its ``HTTPEnvServer``: the WebSocket
-``/ws`` holds one environment per connection (what ``EnvClient`` and its ``.sync()`` client use),
-the HTTP ``/reset`` and ``/step`` are one-shot (a fresh environment per request), and ``/health``,
-``/schema``, ``/metadata``, ``/state`` describe it. Here:
+OpenEnv serves an ``Environment`` subclass with typed ``Action``, ``Observation`` and ``State``
+models through its ``HTTPEnvServer``. Its clients, ``EnvClient`` (typed) and
+``GenericEnvClient`` (dicts), and their ``.sync()`` forms, speak WebSocket only: ``/ws`` holds one
+environment per connection, and an ``http://`` base URL is turned into ``ws://``. Over HTTP,
+``/reset``, ``/step`` and ``/state`` are one-shot (a fresh environment per request); ``/health``,
+``/schema``, ``/metadata`` and ``/mcp`` (JSON-RPC) describe the server, which is what
+``openenv validate --url`` checks; and the task API lists the tasks: ``/list_environments``,
+``/{env_id}/splits``, ``/{env_id}/tasks``, ``/{env_id}/num_tasks``, ``/{env_id}/task`` and
+``/{env_id}/task_range``. Here:
 
 * :class:`AgentenvsAction`: ``action`` (the text action);
 * :class:`AgentenvsObservation`: ``text``, ``reward``, ``done`` (terminated or truncated),
@@ -15,9 +20,10 @@ the HTTP ``/reset`` and ``/step`` are one-shot (a fresh environment per request)
 * :class:`AgentenvsEnvClient`: the typed ``EnvClient`` for them (openenv's own client class,
   parameterised as every OpenEnv environment package does).
 
-``reset`` takes ``seed``, ``episode_id`` and ``task_id``. ``--max-sessions`` is openenv's
-``max_concurrent_envs`` and ``--idle-timeout`` its ``session_timeout``. The native routes are
-mounted on the same app.
+``reset`` takes ``seed``, ``episode_id`` and a task: ``task_id``, or the task API's ``split``
+and ``index`` (the index-th id of ``task_ids(split)``). A task spec is ``{"id", "index",
+"family"}``. ``--max-sessions`` is openenv's ``max_concurrent_envs`` and ``--idle-timeout`` its
+``session_timeout``. The native routes are mounted on the same app.
 """
 
 from __future__ import annotations
@@ -89,20 +95,32 @@ class AgentenvsEnvironment(Environment[AgentenvsAction, AgentenvsObservation, Ag
     def __init__(self, service: EnvService) -> None:
         super().__init__()
         self._service = service
-        env, kwargs = service.store.make_env()
-        self._session = Session(f"openenv-{uuid.uuid4().hex}", env, kwargs, time.monotonic())
+        self._own: Session | None = None  # made on first use: the task API needs none
         self._episode_id: str | None = None
         self._steps = 0
         self._terminated = False
         self._truncated = False
+
+    @property
+    def _session(self) -> Session:
+        if self._own is None:
+            env, kwargs = self._service.store.make_env()
+            self._own = Session(f"openenv-{uuid.uuid4().hex}", env, kwargs, time.monotonic())
+        return self._own
 
     def reset(
         self,
         seed: int | None = None,
         episode_id: str | None = None,
         task_id: str | None = None,
+        split: str | None = None,
+        index: int | None = None,
         **_: Any,
     ) -> AgentenvsObservation:
+        if split is not None or index is not None:
+            if task_id is not None or split is None or index is None:
+                raise ValueError("reset takes task_id, or split and index (the task API's)")
+            task_id = self.get_task(split, index)["id"]
         observation, info = self._service.reset(self._session, task_id, seed)
         self._episode_id = episode_id or uuid.uuid4().hex
         self._steps = 0
@@ -140,7 +158,34 @@ class AgentenvsEnvironment(Environment[AgentenvsAction, AgentenvsObservation, Ag
         )
 
     def close(self) -> None:
-        self._session.env.close()
+        if self._own is not None:
+            self._own.env.close()
+
+    # ----- OpenEnv's task API (its TaskProvider protocol) ---------------------------------------
+
+    def list_splits(self) -> list[str]:
+        return list(self._service.template.splits)
+
+    def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        listing = self._service.tasks(split)
+        return [
+            {"id": task, "index": i, "family": listing["families"][task]}
+            for i, task in enumerate(listing["task_ids"])
+        ]
+
+    def num_tasks(self, split: str) -> int:
+        return len(self._service.tasks(split)["task_ids"])
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        tasks = self.list_tasks(split)
+        if not 0 <= index < len(tasks):
+            raise IndexError(f"{split} has {len(tasks)} tasks; index {index} is out of range")
+        return tasks[index]
+
+    def get_task_range(
+        self, split: str, start: int | None = None, stop: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self.list_tasks(split)[start:stop]
 
 
 class AgentenvsEnvClient(EnvClient[AgentenvsAction, AgentenvsObservation, AgentenvsState]):
@@ -177,6 +222,8 @@ def openenv_app(service: EnvService) -> FastAPI:
             max_concurrent_envs=service.store.max_sessions,
             session_timeout=service.store.idle_timeout,
         ),
+        env_name=service.env_id,
+        state_cls=AgentenvsState,
     )
     server.register_routes(app)
     app.state.openenv_server = server

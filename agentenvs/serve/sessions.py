@@ -8,7 +8,7 @@ episode's action log since reset (what a snapshot token replays on a server with
 Thread safety: the routes of ``--api agentgym`` and the native routes are ``async`` and never
 await while they touch an environment, so on the event loop a session is used by one request at a
 time; each session also carries a lock for the routes that run environments in a thread pool
-(openenv-core's server).
+(OpenEnv's server).
 """
 
 from __future__ import annotations

@@ -60,14 +60,16 @@ class Parsed(Exception):
 
 @pytest.fixture
 def parse_only(monkeypatch):
-    """``ArgumentParser.parse_args`` parses (exiting 2 on a bad flag, as the command would) and
-    then stops the command before it does anything."""
-    original = argparse.ArgumentParser.parse_args
+    """``ArgumentParser.parse_args`` (and ``parse_intermixed_args``: flags among the
+    ``key=value`` settings) parses (exiting 2 on a bad flag, as the command would) and then stops
+    the command before it does anything."""
+    for name in ("parse_args", "parse_intermixed_args"):
+        original = getattr(argparse.ArgumentParser, name)
 
-    def parse_and_stop(self, args=None, namespace=None):
-        raise Parsed(original(self, args, namespace))
+        def parse_and_stop(self, args=None, namespace=None, _parse=original):
+            raise Parsed(_parse(self, args, namespace))
 
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
+        monkeypatch.setattr(argparse.ArgumentParser, name, parse_and_stop)
 
 
 def parse_command(words: list[str]) -> None:

@@ -103,13 +103,14 @@ def test_missing_serving_dependency_names_the_extra(monkeypatch, capsys) -> None
 
     import pytest
 
+    from agentenvs.cli import main
     from agentenvs.serve import build_app
-    from agentenvs.serve.cli import serve_main
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "openenv" else real(name, *a))
     with pytest.raises(ImportError, match=r"pip install 'agentenvs\[serve\]'"):
         build_app("TextCraft-v0", "openenv")
-    assert serve_main(["TextCraft-v0", "--api", "openenv"]) == 2
-    assert "agentenvs[serve]" in capsys.readouterr().err
+    assert main(["serve", "TextCraft-v0", "--api", "openenv"]) == 1
+    err = capsys.readouterr().err
+    assert err == "agentenvs serve: needs openenv: pip install 'agentenvs[serve]'\n"

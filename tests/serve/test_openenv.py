@@ -1,11 +1,18 @@
-"""`--api openenv`: every environment through openenv-core's server, played with openenv-core's
-own clients (the typed EnvClient subclass, GenericEnvClient, their .sync() form)."""
+"""`--api openenv`: every environment through OpenEnv's server (the ``openenv`` distribution,
+0.10), played with that release's own clients: over WebSocket its typed ``EnvClient`` subclass
+and ``GenericEnvClient`` (async, and their ``.sync()`` form; an ``http://`` or a ``ws://`` base
+URL); over HTTP its one-shot routes, its task API and its own runtime check (``openenv validate
+--url``)."""
 
 from __future__ import annotations
+
+import asyncio
+import importlib.metadata
 
 import pytest
 import requests
 from openenv import GenericEnvClient
+from openenv.cli._validation import validate_running_environment
 
 from agentenvs import env_class
 from agentenvs.serve import build_app
@@ -71,3 +78,79 @@ def test_generic_client_errors_and_capacity() -> None:
         assert requests.get(url + "/metadata").json()["name"] == "TextCraft-v0"
         health = requests.get(url + "/agentenvs/v1/health").json()
         assert health["api"] == "openenv" and health["status"] == "ok"
+
+
+def test_the_tested_openenv_release() -> None:
+    assert importlib.metadata.version("openenv").startswith("0.10.")
+
+
+def test_generic_async_client_over_websocket_urls() -> None:
+    """``GenericEnvClient`` as openenv's docs use it (async, a ``ws://`` URL), and the task API's
+    ``split`` and ``index`` in ``reset``."""
+
+    async def play(url: str) -> tuple[dict, dict]:
+        async with GenericEnvClient(base_url=url.replace("http://", "ws://")) as env:
+            first = await env.reset(split="test", index=3)
+            step = await env.step({"action": "inventory"})
+            return first.observation, step.observation
+
+    with live_server(build_app("TextCraft-v0", "openenv")) as url:
+        first, step = asyncio.run(play(url))
+        assert first["info"]["task_id"] == env_class("TextCraft-v0")().task_ids("test")[3]
+        assert step["info"]["turn"] == 1 and step["text"].startswith("Inventory")
+        with AgentenvsEnvClient(base_url=url).sync() as client:
+            with pytest.raises(RuntimeError, match="task_id, or split and index"):
+                client.reset(task_id="agentgym/0", split="test", index=0)
+            assert client.reset(split="train", index=0).observation.info["turn"] == 0
+
+
+def test_http_routes_pass_openenvs_own_runtime_check() -> None:
+    with live_server(build_app("TextCraft-v0", "openenv")) as url:
+        report = validate_running_environment(url)
+        failed = [c for c in report["criteria"] if not c["passed"]]
+        assert report["passed"] and not failed, failed
+        assert report["mode"] == "simulation"
+        state = requests.get(url + "/state").json()  # a fresh environment's, typed
+        assert state["env_id"] == "TextCraft-v0" and state["task_id"] is None
+        assert {"env_id", "task_id", "won"} <= requests.get(url + "/schema").json()["state"][
+            "properties"
+        ].keys()
+
+
+def test_openenvs_task_api_lists_our_splits_and_tasks() -> None:
+    env = env_class("TextCraft-v0")()
+    ids = env.task_ids("test")
+    with live_server(build_app("TextCraft-v0", "openenv")) as url:
+        assert requests.get(url + "/list_environments").json() == ["TextCraft-v0"]
+        splits = requests.get(url + "/TextCraft-v0/splits").json()
+        assert [s["name"] for s in splits] == list(env.splits)
+        assert {"name": "test", "type": "test"} in splits
+
+        def post(route: str, **body) -> requests.Response:
+            return requests.post(f"{url}/TextCraft-v0/{route}", json=body)
+
+        assert post("num_tasks", split="test").json() == {"num_tasks": len(ids)}
+        task = post("task", split="test", index=5).json()["task"]
+        assert task == {"id": ids[5], "index": 5, "family": env.family(ids[5])}
+        tasks = post("task_range", split="test", start=2, stop=4).json()["tasks"]
+        assert [t["id"] for t in tasks] == ids[2:4]
+        assert [t["id"] for t in post("tasks", split="test").json()["tasks"]] == ids
+        assert post("task", split="test", index=len(ids)).status_code == 400
+        assert "unknown split" in post("tasks", split="tset").json()["error"]
+        # the one-shot HTTP reset takes the same split and index
+        r = requests.post(url + "/reset", json={"split": "test", "index": 5})
+        assert r.status_code == 200 and r.json()["observation"]["info"]["task_id"] == ids[5]
+
+
+def test_trls_openenv_harness_imports_with_this_openenv(monkeypatch) -> None:
+    """TRL 1.16's OpenEnv path (its async GRPO harness) imports from the ``openenv`` name that
+    [serve] installs; no extra needs the ``openenv-core`` name."""
+    pytest.importorskip("trl")
+    import importlib
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # it warns that the API may change
+
+    harness = importlib.import_module("trl.experimental.async_grpo.openenv_harness")
+    assert harness.HarnessAdapter.__module__.startswith("openenv.core.harness")
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("openenv-core")

@@ -7,10 +7,10 @@
 Settings come from the :class:`~agentenvs.train.rl.config.RLConfig` defaults, then ``--config FILE``
 (YAML or TOML), then the ``key=value`` overrides (dotted keys reach sections:
 ``rollout.max_new_tokens=256``, ``loss.clip_high=0.3``). ``--protocol`` names the benchmark
-protocol (:mod:`agentenvs.agents.protocols`; default: the environment's own): the environment variant,
-prompt, parser, turn limit, history and sampling it fixes apply unless a setting is given, and
-``OUT/protocol.json`` records them. ``--resume`` continues from the latest checkpoint under
-``--out`` exactly.
+protocol (:mod:`agentenvs.agents.protocols`; default: the environment's own): the
+environment variant, prompt, parser, turn limit, history and sampling it fixes apply unless a
+setting is given, and ``OUT/protocol.json`` records them. ``--resume`` continues from the
+latest checkpoint under ``--out`` exactly.
 """
 
 from __future__ import annotations
@@ -18,14 +18,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentenvs.train.config import ConfigError, load_config
-from agentenvs.train.rl.config import ALGORITHMS, RLConfig
-from agentenvs.train.runtime import NonFiniteLossError
+from agentenvs.train.cli import command_config, require_training_extra
+from agentenvs.train.rl.algorithms import ALGORITHMS
 
 __all__ = ["rl_main"]
 
+# flag -> the setting it sets
+FLAGS = {
+    "algo": "algo",
+    "model": "model",
+    "out": "out_dir",
+    "env": "data.env_id",
+    "protocol": "protocol",
+    "queries": "data.queries",
+    "env_workers": "rollout.env_workers",
+}
 
-def rl_main(argv: list[str]) -> int:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentenvs train rl", description=__doc__.split("\n\n")[0]
     )
@@ -51,36 +61,19 @@ def rl_main(argv: list[str]) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("overrides", nargs="*", help="key=value settings, e.g. iterations=50")
-    args = parser.parse_args(argv)
-    overrides = list(args.overrides)
-    for flag, key in (
-        ("algo", "algo"),
-        ("model", "model"),
-        ("out", "out_dir"),
-        ("env", "data.env_id"),
-        ("protocol", "protocol"),
-        ("queries", "data.queries"),
-        ("env_workers", "rollout.env_workers"),
-    ):
-        value = getattr(args, flag)
-        if value:
-            overrides.append(f"{key}={value}")
-    try:
-        config = load_config(RLConfig, args.config, overrides)
-    except ConfigError as exc:
-        print(f"agentenvs train rl: {exc}", file=sys.stderr)
-        return 2
-    if config.model:  # embedded, a local directory or a hub id; a bad one is one line
-        from agentenvs.agents.models import ModelNotFoundError, resolve_model
+    return parser
 
-        try:
-            config.model = resolve_model(config.model, what="--model")
-        except ModelNotFoundError as exc:
-            print(f"agentenvs train rl: {exc}", file=sys.stderr)
-            return 2
+
+def rl_main(argv: list[str]) -> int:
+    args = _parser().parse_intermixed_args(argv)
+    flags = {key: getattr(args, flag) for flag, key in FLAGS.items()}
+    require_training_extra()
+    from agentenvs.train.rl.config import RLConfig
     from agentenvs.train.rl.rollout import RolloutFailureError
     from agentenvs.train.rl.trainer import train_rl
+    from agentenvs.train.runtime import NonFiniteLossError
 
+    config = command_config(RLConfig, args.config, args.overrides, flags, resume=args.resume)
     try:
         final = train_rl(config, resume=args.resume, progress=not args.no_progress)
     except (NonFiniteLossError, RolloutFailureError) as exc:

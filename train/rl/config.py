@@ -1,28 +1,14 @@
-"""Typed settings of an RL run, and the algorithms as data (presets over one loop).
+"""Typed settings of an RL run: the algorithm (:mod:`agentenvs.train.rl.algorithms`, presets over
+one loop), the data, the rollout, the optimizer, the loss and the engine.
 
-Every algorithm is the same loop (rollout -> rewards/advantages -> old log-probs -> clipped
-updates -> weight sync) with a different :class:`AlgoSpec`: the advantage estimator, the policy
-loss (:mod:`agentenvs.train.loss_registry`), where the episodes start (task resets or
-Prefix-GRPO's replayed cut-state queries), and the settings it changes. Settings left at ``None`` take the algorithm's preset; a value given explicitly wins.
+Settings left at ``None`` take the algorithm's preset; a value given explicitly wins. Every value
+that can be checked before a model loads is checked when the config is built (ranges, files,
+combinations); :func:`agentenvs.train.rl.starts.episode_starts` checks the episode starts against
+it when the run starts.
 
-=============  ============================================================================
-``grpo``       GRPO outcome advantage, clip 0.2/0.2, dual clip 3, token-mean
-``dapo``       GRPO advantage, clip-higher 0.2/0.28, dynamic sampling (groups whose rewards are
-               all equal are dropped and more prompts are drawn)
-``grpo-mis``   GRPO with sequence-level masked importance sampling from the rollout engine's
-               log-probs to the trainer's old log-probs (threshold 2)
-``gigpo``      GiGPO (gamma 0.95, omega 1, mean-normalised step groups)
-``ptgpo``      PTGPO (gamma 0.95 as GiGPO's code it builds on, tau_expand 2, unbounded depth,
-               omega 1)
-``prefix-grpo``  rollouts from replay-validated cut-state queries (``data.queries``: a
-               ``replay.sample`` file), GRPO over each query's n continuations, plus the
-               prefix branch (split objective, lambda_pre 1, ``cont_abs`` = |mean continuation
-               advantage|, prefix clip 0.2/0.2)
-=============  ============================================================================
-
-Defaults are the Prefix-GRPO paper's RL settings (docs/architecture.md, "Prefix-GRPO settings"): n = 8
-rollouts, 16 prompts a batch, 2 PPO epochs, lr 5e-6, no KL loss, token-mean, clip 0.2/0.2 with
-dual clip 3.
+Defaults are the Prefix-GRPO paper's RL settings (docs/architecture.md, "Prefix-GRPO
+settings"): n = 8 rollouts, 16 prompts a batch, 2 PPO epochs, lr 5e-6, no KL loss, token-mean,
+clip 0.2/0.2 with dual clip 3.
 
 The environment side comes from a benchmark protocol (``protocol``, default the environment's
 own: :mod:`agentenvs.agents.protocols`): its variant keywords, prompt, parser and unparseable-reply
@@ -35,20 +21,20 @@ training turn limit, history window and sampling; the invalid-action penalty is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from agentenvs.agents.envworkers import DEFAULT_ENV_TIMEOUT_S
 from agentenvs.suggestions import did_you_mean
 from agentenvs.train.advantages import get_advantage_estimator
+from agentenvs.train.config import check_device, check_ranges
 from agentenvs.train.distributed import FSDPSettings
-from agentenvs.train.loss_registry import get_policy_loss
 from agentenvs.train.losses import AGG_MODES, PolicyLossConfig, RolloutCorrectionConfig
 from agentenvs.train.prefix_loss import PrefixConfig
+from agentenvs.train.rl.algorithms import ALGORITHMS, AlgoSpec
 
 __all__ = [
-    "ALGORITHMS",
     "AdvantageSettings",
-    "AlgoSpec",
     "CorrectionSettings",
     "DataSettings",
     "DynamicSamplingSettings",
@@ -62,39 +48,34 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class AlgoSpec:
-    """What an algorithm name means: estimator, episode starts and preset settings."""
-
-    estimator: str
-    """Registered advantage estimator (:func:`agentenvs.train.advantages.get_advantage_estimator`)."""
-    starts: Literal["tasks", "queries"] = "tasks"
-    """``tasks``: episodes start at a task's reset; ``queries``: at a replayed cut state."""
-    loss: str = "clipped"
-    """Registered policy loss (:func:`agentenvs.train.loss_registry.get_policy_loss`)."""
-    clip_high: float = 0.2
-    dynamic_sampling: bool = False
-    correction: RolloutCorrectionConfig | None = None
-    advantage: dict[str, Any] = field(default_factory=dict)
-    """Estimator settings preset (fields of the estimator's config)."""
-
-    @property
-    def prefix(self) -> bool:
-        """The loss has Prefix-GRPO's prefix branch (it takes the ``prefix`` settings)."""
-        return get_policy_loss(self.loss).takes_prefix
-
-
-ALGORITHMS: dict[str, AlgoSpec] = {
-    "grpo": AlgoSpec("grpo"),
-    "dapo": AlgoSpec("grpo", clip_high=0.28, dynamic_sampling=True),
-    "grpo-mis": AlgoSpec("grpo", correction=RolloutCorrectionConfig.grpo_mis()),
-    "gigpo": AlgoSpec("gigpo", advantage={"gamma": 0.95, "step_weight": 1.0, "normalize": "mean"}),
-    "ptgpo": AlgoSpec(
-        "ptgpo", advantage={"gamma": 0.95, "tau_expand": 2, "max_depth": None, "step_weight": 1.0}
-    ),
-    "prefix-grpo": AlgoSpec("grpo", starts="queries", loss="prefix_grpo"),
+# the numeric settings' ranges (agentenvs.train.config.RANGES)
+ROLLOUT_RANGES = {
+    "max_turns": ">= 1",
+    "temperature": ">= 0",
+    "top_p": "in (0, 1]",
+    "max_new_tokens": ">= 1",
+    "max_active": ">= 1",
+    "max_batch_size": ">= 1",
 }
-
+OPTIM_RANGES = {
+    "lr": "> 0",
+    "weight_decay": ">= 0",
+    "eps": "> 0",
+    "momentum": "in [0, 1)",
+    "warmup_ratio": "in [0, 1)",
+    "max_grad_norm": "> 0",
+}
+RL_RANGES = {
+    "iterations": ">= 1",
+    "prompts_per_iteration": ">= 1",
+    "samples_per_prompt": ">= 1",
+    "ppo_epochs": ">= 1",
+    "mini_batches": ">= 1",
+    "micro_batch_size": ">= 1",
+    "max_seq_len": ">= 2",
+    "save_every": ">= 1",
+    "keep_checkpoints": ">= 1",
+}
 
 @dataclass
 class DataSettings:
@@ -116,6 +97,14 @@ class DataSettings:
     strategies: list[str] = field(default_factory=list)
     """``prefix-grpo``: keep queries of these cut strategies only (``raw`` is the no-prefix
     query); empty: every strategy in the file."""
+
+    def __post_init__(self) -> None:
+        check_ranges(self, {"limit": ">= 1"}, "data.")
+        if self.queries and not Path(self.queries).is_file():
+            raise ValueError(
+                f"data.queries: no file at {self.queries}; give the replay.sample file that "
+                "'agentenvs replay sidecar' writes"
+            )
 
 
 @dataclass
@@ -160,6 +149,7 @@ class RolloutSettings:
     def __post_init__(self) -> None:
         from agentenvs.agents.envworkers import parse_env_workers
 
+        check_ranges(self, ROLLOUT_RANGES, "rollout.")
         self.env_workers = str(self.env_workers).strip()  # a worker count is accepted too
         parse_env_workers(self.env_workers)  # a bad spec fails at load time, listing the forms
         if self.env_timeout is not None and self.env_timeout <= 0:
@@ -187,9 +177,17 @@ class OptimSettings:
     momentum: float = 0.0
     """SGD only."""
     warmup_ratio: float = 0.0
-    schedule: str = "constant"
+    schedule: Literal["constant", "cosine"] = "constant"
     """``constant`` or ``cosine`` after warmup."""
     max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_ranges(self, OPTIM_RANGES, "optim.")
+        if not all(0 <= beta < 1 for beta in self.betas) or len(self.betas) != 2:
+            raise ValueError(
+                f"optim.betas must be two values in [0, 1), got {self.betas}: e.g. "
+                "optim.betas=0.9,0.999"
+            )
 
 
 @dataclass
@@ -228,6 +226,13 @@ class DynamicSamplingSettings:
     """>0: DAPO's soft overlong penalty over the last ``overlong_buffer`` of
     ``rollout.max_new_tokens`` tokens of a reply (added to that step's reward); 0: off."""
     overlong_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_ranges(
+            self,
+            {"max_rounds": ">= 1", "overlong_buffer": ">= 0", "overlong_penalty": ">= 0"},
+            "dynamic_sampling.",
+        )
 
 
 @dataclass
@@ -365,16 +370,9 @@ class RLConfig:
         if self.algo not in ALGORITHMS:
             hint = did_you_mean(self.algo, ALGORITHMS)
             raise ValueError(f"unknown algo {self.algo!r}; choose from {list(ALGORITHMS)}.{hint}")
-        for name in (
-            "iterations",
-            "prompts_per_iteration",
-            "samples_per_prompt",
-            "ppo_epochs",
-            "mini_batches",
-            "micro_batch_size",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_ranges(self, RL_RANGES)
+        check_device(self.device)
+        self._check_batch_sizes()
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, not {self.precision!r}")
         if self.loss.agg_mode not in AGG_MODES:
@@ -406,11 +404,33 @@ class RLConfig:
                 f"correction.mode must be off, tis or mis, not {self.correction.mode!r}"
             )
         self._apply_protocol()
+        ds, max_new = self.dynamic_sampling, self.rollout.max_new_tokens
+        if ds.overlong_buffer and ds.overlong_buffer >= max_new:
+            raise ValueError(
+                f"dynamic_sampling.overlong_buffer {ds.overlong_buffer} must be below "
+                f"rollout.max_new_tokens {max_new} (it penalises the last tokens of a reply)"
+            )
         # build once, so a bad combination fails at load time with the component's own message
         self.policy_loss_config()
         self.correction_config()
         self.prefix_config()
         self.estimator_settings()
+
+    def _check_batch_sizes(self) -> None:
+        """Every mini-batch gets episodes, and a GRPO group has a spread to learn from."""
+        episodes = self.prompts_per_iteration * self.samples_per_prompt
+        if self.mini_batches > episodes:
+            raise ValueError(
+                f"mini_batches {self.mini_batches} exceeds the {episodes} episodes of an "
+                f"iteration (prompts_per_iteration x samples_per_prompt): set mini_batches <= "
+                f"{episodes}"
+            )
+        if self.spec.estimator == "grpo" and self.samples_per_prompt < 2:
+            raise ValueError(
+                f"algo {self.algo!r} normalises rewards within each prompt's group, so "
+                f"samples_per_prompt={self.samples_per_prompt} gives every episode advantage 0: "
+                "set samples_per_prompt >= 2 (the paper: 8)"
+            )
 
     # ----- derived settings (the algorithm's presets applied) -----------------------------------
 
@@ -462,7 +482,8 @@ class RLConfig:
 
     def correction_config(self) -> RolloutCorrectionConfig | None:
         if self.correction.mode is None:
-            return self.spec.correction
+            preset = self.spec.correction
+            return RolloutCorrectionConfig(**preset) if preset is not None else None  # type: ignore[arg-type]
         if self.correction.mode == "off":
             return None
         return RolloutCorrectionConfig(

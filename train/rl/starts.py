@@ -9,18 +9,35 @@ prompt-token coordinates.
 :class:`StartStream` hands out starts in a seeded order that depends only on the seed and how
 many starts were taken before (each pass over the list is a fresh permutation), so the data
 position of a run is one integer, saved in its checkpoints.
+
+:func:`episode_starts` gives a run its starts checked against its settings before any episode
+plays: a start that no episode could play (a query whose prefix uses the whole turn budget, an
+unknown task id) or whose rows the update would all drop (a prompt over ``max_seq_len``) is found
+there, and a run left with none stops at start-up with the fix (:class:`ConfigError`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-__all__ = ["QueryStart", "StartStream", "TaskStart", "load_query_starts", "task_starts"]
+from agentenvs.train.config import ConfigError
+
+if TYPE_CHECKING:
+    from agentenvs.train.rl.config import RLConfig
+
+__all__ = [
+    "QueryStart",
+    "StartStream",
+    "TaskStart",
+    "episode_starts",
+    "load_query_starts",
+    "task_starts",
+]
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,12 @@ class QueryStart:
     def is_raw(self) -> bool:
         return self.prefix_turns == 0
 
+    @property
+    def turns_used(self) -> int:
+        """Turns of the budget the prefix takes: its replies (counted by the rollout) or its
+        actions (counted by the environment), whichever is more."""
+        return max(self.prefix_turns, len(self.prefix_actions))
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> QueryStart:
         observation = row.get("replayed_observation") or row["cut_observation"]
@@ -88,19 +111,20 @@ Start = TaskStart | QueryStart
 def task_starts(
     env_id: str, tasks: Sequence[str], split: str, limit: int | None = None, seed: int = 0
 ) -> list[TaskStart]:
-    """The explicit ``tasks`` (not checked here: a bad id fails its episodes only), else every
-    task of ``split`` (with ``limit``: that many, a seeded sample across the task families,
-    :func:`agentenvs.agents.task_sample.sample_tasks`, the same one ``agentenvs eval --limit`` draws)."""
+    """The explicit ``tasks`` (checked by :func:`episode_starts`), else every task of ``split``
+    (with ``limit``: that many, a seeded sample across the task families,
+    :func:`agentenvs.agents.task_sample.sample_tasks`, the same one ``agentenvs eval --limit``
+    draws)."""
     if tasks:
         return [TaskStart(t) for t in tasks]
-    from agentenvs.registration import env_class
     from agentenvs.agents.task_sample import sample_tasks
+    from agentenvs.registration import env_class
 
     env = env_class(env_id)()
     ids = sample_tasks(env.task_ids(split), env.family, limit, seed)
     env.close()
     if not ids:
-        raise ValueError(f"{env_id} split {split!r} has no tasks")
+        raise ConfigError(f"{env_id} split {split!r} has no tasks: choose another data.split")
     return [TaskStart(t) for t in ids]
 
 
@@ -126,11 +150,99 @@ def load_query_starts(
         else:
             kept.append(QueryStart.from_row(row))
     if not kept:
-        raise ValueError(
+        raise ConfigError(
             f"no usable {env_id} queries in {path} (left out: {skipped}); build them with "
             "'agentenvs replay cuts|validate|sidecar' and check data.strategies"
         )
     return kept, skipped
+
+
+def episode_starts(config: RLConfig, warn: Callable[[str], None]) -> list[Start]:
+    """The starts of the run ``config`` describes, checked before any episode plays.
+
+    Tasks: the split's (``data.limit``: a seeded sample) or ``data.tasks``, whose ids the
+    environment does not know are named in a warning (their episodes fail), or are a
+    :class:`ConfigError` when no id is known. Queries (``data.queries``): those left out of the
+    file are counted in a warning, and so are the queries no episode could use: a prefix that
+    takes the whole turn budget (``QueryStart.turns_used >= rollout.max_turns``: the episode is
+    over at the cut) or a prompt of at least ``max_seq_len`` tokens (every row is dropped); a
+    :class:`ConfigError` naming the fix when none is left.
+    """
+    data = config.data
+    if config.spec.starts == "tasks":
+        starts = task_starts(data.env_id, data.tasks, data.split, data.limit, data.task_seed)
+        if data.tasks:
+            _check_task_ids(data.env_id, data.tasks, warn)
+        return starts
+    starts, skipped = load_query_starts(data.queries, data.env_id, data.strategies)
+    if any(skipped.values()):
+        warn(f"queries left out of {data.queries}: {skipped}")
+    turns, seq_len = config.rollout.max_turns, config.max_seq_len
+    over_turns = [q for q in starts if q.turns_used >= turns]
+    over_length = [q for q in starts if seq_len is not None and len(q.prompt_token_ids) >= seq_len]
+    left_out = {id(q) for q in (*over_turns, *over_length)}
+    playable = [q for q in starts if id(q) not in left_out]
+    if not playable:
+        raise ConfigError(_unplayable(data.queries, len(starts), over_turns, over_length, config))
+    if len(playable) < len(starts):
+        reasons = {
+            f"prefixes of >= rollout.max_turns={turns} turns (nothing left to play)": over_turns,
+            f"prompts of >= max_seq_len={seq_len} tokens (every row dropped)": over_length,
+        }
+        why = ", ".join(f"{len(qs)} with {text}" for text, qs in reasons.items() if qs)
+        warn(f"{len(starts) - len(playable)} of {len(starts)} queries left out: {why}")
+    return playable
+
+
+def _unplayable(
+    path: str, n: int, over_turns: list[QueryStart], over_length: list[QueryStart], config: Any
+) -> str:
+    """Why no query of ``path`` can be played, and the settings that fix it."""
+    turns, seq_len = config.rollout.max_turns, config.max_seq_len
+    if over_turns:
+        shortest = min(q.turns_used for q in over_turns)
+        return (
+            f"every one of the {n} queries in {path} is unplayable: {len(over_turns)} have "
+            f"prefixes of >= rollout.max_turns={turns} turns (the shortest {shortest}), so each "
+            f"episode is over at its cut with nothing left to play: set rollout.max_turns above "
+            f"{shortest} (the protocol's limit: leave it unset), or cut shorter prefixes "
+            "('agentenvs replay cuts'; data.strategies=raw keeps the no-prefix queries)"
+        )
+    shortest = min(len(q.prompt_token_ids) for q in over_length)
+    return (
+        f"every one of the {n} queries in {path} has a prompt of >= max_seq_len={seq_len} tokens "
+        f"(the shortest {shortest}), so the update would drop every row: set max_seq_len above "
+        f"{shortest} plus the reply tokens (rollout.max_new_tokens), or leave it unset"
+    )
+
+
+def _check_task_ids(env_id: str, tasks: Sequence[str], warn: Callable[[str], None]) -> None:
+    """Warn of the ids of ``tasks`` that ``env_id`` does not know (not in a split, and a reset
+    refuses them); a :class:`ConfigError` when it knows none."""
+    from agentenvs.core import UnknownTaskError
+    from agentenvs.registration import env_class
+    from agentenvs.suggestions import did_you_mean
+
+    env = env_class(env_id)()
+    try:
+        listed = {t for split in env.splits for t in env.task_ids(split)}
+        unknown = []
+        for task in dict.fromkeys(t for t in tasks if t not in listed):
+            try:
+                env.reset(options={"task_id": task})
+            except UnknownTaskError:
+                unknown.append(task)
+    finally:
+        env.close()
+    if not unknown:
+        return
+    hint = did_you_mean(unknown[0], sorted(listed))
+    if len(unknown) == len(set(tasks)):
+        raise ConfigError(
+            f"data.tasks: {env_id} knows none of {unknown}, so every episode would fail: give "
+            f"task ids of 'agentenvs list' (or leave data.tasks empty for data.split).{hint}"
+        )
+    warn(f"data.tasks: {env_id} does not know {unknown}; their episodes will fail.{hint}")
 
 
 class StartStream:

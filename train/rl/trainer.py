@@ -69,7 +69,7 @@ from agentenvs.train.rl.rollout import (
     failure_fix,
     failure_metrics,
 )
-from agentenvs.train.rl.starts import StartStream, load_query_starts, task_starts
+from agentenvs.train.rl.starts import StartStream, episode_starts
 from agentenvs.train.rl.update import (
     UpdateSettings,
     apply_correction,
@@ -490,13 +490,7 @@ class RLTrainer:
     # ----- helpers ------------------------------------------------------------------------------
 
     def _starts(self) -> list[Any]:
-        data = self.config.data
-        if self.config.spec.starts == "tasks":
-            return task_starts(data.env_id, data.tasks, data.split, data.limit, data.task_seed)
-        starts, skipped = load_query_starts(data.queries, data.env_id, data.strategies)
-        if any(skipped.values()):
-            self._warn(f"queries left out of {data.queries}: {skipped}")
-        return starts
+        return episode_starts(self.config, self._warn)
 
     def _check_failures(self, iteration: int, episodes: float) -> None:
         """Stop the run when more than ``rollout.max_failed_fraction`` of the iteration's
