@@ -17,7 +17,9 @@ once per process, the same text) and contains the engine's hazards:
 Each engine holds its own copy of fast-downward's shared library (textworld loads a private copy per
 environment because the library keeps global state), so engines never share state. A copy stays
 loaded until the process ends (unloading one crashed later loads), so make an environment once per
-worker and reuse it across tasks. Not thread-safe.
+worker and reuse it across tasks. Engine calls of all engines of a process take turns
+(:data:`ENGINE_LOCK`): the translator's options, the fast path's replacements and the derivation
+memo's current path are process-wide.
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentenvs.alfworld import fastpath
 from agentenvs.registration import missing_dependency
 
-__all__ = ["Engine", "clear_process_cache", "import_engine"]
+__all__ = ["ENGINE_LOCK", "Engine", "clear_process_cache", "import_engine"]
+
+ENGINE_LOCK = threading.RLock()  # held by every engine call (and by the memo around one)
 
 
 def _import_engine() -> Any:
@@ -97,6 +102,13 @@ def clear_process_cache() -> None:
 def _engine_call(modules: _Modules) -> Iterator[None]:
     """Run engine code with the fast path installed (:mod:`agentenvs.alfworld.fastpath`), then
     restore what it changes: the fast path's replacements, ``sys.argv`` and ``sys.stdout``."""
+    with ENGINE_LOCK:
+        with _contained(modules):
+            yield
+
+
+@contextlib.contextmanager
+def _contained(modules: _Modules) -> Iterator[None]:
     argv = sys.argv
     stdout = sys.stdout
     try:

@@ -145,3 +145,39 @@ def test_same_text_as_the_engine_without_the_fast_path():
         ), command
     assert fast.won
     fast.close()
+
+
+def test_engines_in_threads_say_what_they_say_alone():
+    """Engine calls take turns (the translator's options, the fast path's replacements and the
+    derivation memo's path are process-wide): two environments stepped from two threads at once
+    see exactly what each sees alone."""
+    import random
+    import threading
+
+    from agentenvs.alfworld.restore import MEMO
+
+    def walk(task_id: str, seed: int, out: list) -> None:
+        env = ALFWorldEnv(max_turns=10**6)
+        rng = random.Random(seed)
+        obs, info = env.reset(options={"task_id": task_id})
+        out.append((obs, info["admissible_actions"]))
+        for _ in range(8):
+            obs, _, _, _, info = env.step(rng.choice(info["admissible_actions"]))
+            out.append((obs, info["admissible_actions"]))
+        env.close()
+
+    alone: list[list] = [[], []]
+    for k, task_id in enumerate((TASK, OTHER)):
+        walk(task_id, k, alone[k])
+    MEMO.clear()
+    fastpath.clear()
+    together: list[list] = [[], []]
+    threads = [
+        threading.Thread(target=walk, args=(task_id, k, together[k]))
+        for k, task_id in enumerate((TASK, OTHER))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
