@@ -209,6 +209,7 @@ class Engine:
         Empty when the planner finds none. Takes from milliseconds to tens of seconds.
         """
         with _engine_call(self._m):
+            fastpath.ready_to_plan(self._pddl._pddl_state)
             return list(self._pddl._pddl_state.replan(self._pddl._entity_infos))
 
     def close(self) -> None:

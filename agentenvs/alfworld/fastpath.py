@@ -24,7 +24,9 @@ Inside :func:`installed` (every engine call, and only there) these are replaced 
   read (the grammar's ``{...}`` expressions read ``name``, ``indefinite`` and the like);
 * ``GameLogic`` is parsed once per grammar *form*: the grammar with its task sentence replaced by
   a placeholder; a game's logic is that one with its own ``task`` rule;
-* ``pddl2sas`` is remembered per (domain, problem, optimize) for the last few games.
+* ``pddl2sas`` is remembered per (domain, problem) for the last few games, and the planner's
+  translation (``optimize=True``, half of a new game's load) is made only when a plan is asked
+  for (:func:`ready_to_plan`; the environment's own steps never plan).
 
 The planner applies every command, the facts are updated, every query of the game state is asked
 of the real state: the rules run as they are. ``tests/envs/test_alfworld_differential.py`` plays
@@ -42,7 +44,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["clear", "installed"]
+__all__ = ["clear", "installed", "ready_to_plan"]
 
 _GAMES = 8  # games whose logic and translations stay cached (about 4 MB each)
 _FORMS = 4  # grammar forms parsed (one per game version in practice)
@@ -192,15 +194,36 @@ def _parse_rhs(textgen: Any, literal: str) -> Any:
     return textgen._parse_and_convert(json.loads(literal), rule_name="symbols")
 
 
-def _pddl2sas_factory(original: Callable[..., Any]) -> Callable[..., Any]:
-    def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
-        # the parsed task and its SAS text are only read afterwards
-        return _SAS.get(
-            (domain, problem, bool(optimize)),
-            lambda: original(domain, problem, verbose=verbose, optimize=optimize),
-        )
+class _DeferredPlannerTask(str):
+    """Stands in for the planner's translation until a plan is asked for (:func:`ready_to_plan`)."""
 
-    return pddl2sas
+
+_DEFERRED = _DeferredPlannerTask("")
+_TRANSLATE: list[Callable[..., Any]] = []  # fast_downward's own pddl2sas, once installed
+
+
+def _translated(domain: str, problem: str, optimize: bool, verbose: bool = False) -> Any:
+    """fast_downward's ``pddl2sas`` result, remembered (the task and SAS text are only read)."""
+    return _SAS.get(
+        (domain, problem, optimize),
+        lambda: _TRANSLATE[0](domain, problem, verbose=verbose, optimize=optimize),
+    )
+
+
+def _pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
+    if optimize:  # the planner's task: its text is only read by replan (ready_to_plan)
+        return None, _DEFERRED
+    return _translated(domain, problem, False, verbose)
+
+
+def ready_to_plan(pddl_state: Any) -> None:
+    """Give the planner of ``pddl_state`` (textworld's ``PddlState``) its optimized translation
+    if it was deferred. fast-downward's library only stores that text on ``load_sas_replan`` and
+    reads it on ``replan``, so handing it over now plans exactly as handing it over on load."""
+    if isinstance(pddl_state.sas_replan, _DeferredPlannerTask):
+        _, sas = _translated(pddl_state._logic.domain, pddl_state.pddl_problem, True)
+        pddl_state.sas_replan = sas
+        pddl_state.downward_lib.load_sas_replan(sas.encode("utf-8"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,13 +235,14 @@ _REPLACEMENTS: list[tuple[Any, str, Any]] = []  # (owner, attribute, equivalent)
 
 def _replacements(fast_downward: Any, pddl_logic: Any, textgen: Any, rule_cls: Any) -> list:
     if not _REPLACEMENTS:
+        _TRANSLATE.append(fast_downward.pddl2sas)
         _REPLACEMENTS.extend(
             [
                 (textgen, "_parse_and_convert", _symbol_parser(textgen)),
                 (textgen, "copy_context", _copy_context),
                 (rule_cls, "parse_conjunctive_query", _query_parser(rule_cls)),
                 (pddl_logic, "GameLogic", _game_logic_factory(pddl_logic, textgen)),
-                (fast_downward, "pddl2sas", _pddl2sas_factory(fast_downward.pddl2sas)),
+                (fast_downward, "pddl2sas", _pddl2sas),
             ]
         )
     return _REPLACEMENTS

@@ -181,3 +181,33 @@ def test_engines_in_threads_say_what_they_say_alone():
     for thread in threads:
         thread.join()
     assert together == alone
+
+
+def test_the_planners_translation_is_made_when_a_plan_is_asked_for():
+    """A new game's load translates its PDDL once; the planner's (optimized) translation waits
+    for the first plan, which is then the engine's own plan from the same state."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+    from textworld.envs.pddl import PddlEnv
+
+    fastpath.clear()
+    env = ALFWorldEnv()
+    env.reset(options={"task_id": TASK})
+    assert len(fastpath._SAS) == 1
+    commands = ["go to countertop 1", "go to fridge 1", "open fridge 1"]
+    for command in commands:
+        env.step(command)
+    plan = env.plan()
+    assert len(fastpath._SAS) == 2
+
+    argv = sys.argv
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+    pddl = PddlEnv(infos)
+    raw = AlfredInfos(AlfredDemangler(pddl, shuffle=False))
+    raw.load(str(data.resolve_game_file(env.game(TASK))))
+    raw.reset()
+    for command in commands:
+        raw.step(command)
+    assert plan == pddl._pddl_state.replan(pddl._entity_infos)
+    sys.argv = argv  # the unwrapped engine's translator rewrote it
+    env.close()
