@@ -364,24 +364,16 @@ class TextEnv(gym.Env[str, str]):
             )
         if not isinstance(action, str):
             raise TypeError(f"an action is a str, got {type(action).__name__}")
-        outcome = self._apply(action)
-        if len(outcome.observation) > self.max_observation_length:  # stay in observation_space
-            outcome = outcome._replace(
-                observation=shorten(outcome.observation, self.max_observation_length - 40)
-            )
-        if outcome.consumes_turn:
+        observation, reward, valid, won, terminated, consumes_turn = self._apply(action)
+        if len(observation) > self.max_observation_length:  # stay in observation_space
+            observation = shorten(observation, self.max_observation_length - 40)
+        if consumes_turn:
             self._turn += 1
-        self._won = self._won or outcome.won
-        self._terminated = outcome.terminated
-        self._truncated = not outcome.terminated and self._turn >= self.max_turns
-        self._observation = outcome.observation
-        return (
-            outcome.observation,
-            float(outcome.reward),
-            self._terminated,
-            self._truncated,
-            self._info(valid=outcome.valid),
-        )
+        self._won = self._won or won
+        self._terminated = terminated
+        self._truncated = truncated = not terminated and self._turn >= self.max_turns
+        self._observation = observation
+        return observation, float(reward), terminated, truncated, self._info(valid)
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
@@ -473,17 +465,20 @@ class TextEnv(gym.Env[str, str]):
     # ----- helpers for subclasses --------------------------------------------------------
 
     def _info(self, valid: bool) -> dict[str, Any]:
-        assert self._task_id is not None
+        task_id = self._task_id
+        assert task_id is not None
         info = {
-            "task_id": self._task_id,
-            "family": self.family(self._task_id),
+            "task_id": task_id,
+            "family": self.family(task_id),
             "won": self._won,
             "valid": valid,
             "turn": self._turn,
             "admissible_actions": self._admissible_actions(),
             "fields": self.fields(self._observation),
         }
-        info.update(self._extra_info())
+        extra = self._extra_info()
+        if extra:
+            info.update(extra)
         return info
 
     def _echo(self, text: str) -> str:

@@ -2,7 +2,9 @@
 
 ``data`` finds game files (the shipped splits, unpacked and verified by ``cache``; the training
 split from ``$ALFWORLD_DATA`` when set) and maps task ids to games; ``engine`` drives textworld's
-PDDL environment with alfworld's wrappers; ``versions`` turns a shipped game into one of the two
+PDDL environment with alfworld's wrappers, ``fastpath`` doing the engine's pure, repeated parses
+and translations once per process (same text), ``restore`` remembering the texts of states played
+before; ``versions`` turns a shipped game into one of the two
 game versions (``alfworld-0.4``, the default, or ``agentgym``: the games as AgentGym serves them,
 alfworld 0.3.3's); ``observation`` reads the text; ``env`` is :class:`ALFWorldEnv`.
 

@@ -3,23 +3,23 @@
 One :class:`Engine` is what alfworld's ``AlfredTWEnv`` builds for one game: textworld 1.7's
 ``PddlEnv`` (the game logic, fast-downward's planner library) wrapped in alfworld 0.4.2's
 ``AlfredDemangler`` (object names such as ``desk 2``) and ``AlfredInfos``, asking for the same
-infos (``won``, ``admissible_commands``). Nothing of the game is re-implemented here; this module
-only handles the engine's hazards:
+infos (``won``, ``admissible_commands``). Nothing of the game is re-implemented here; every
+engine call runs inside :func:`_engine_call`, which installs the fast path
+(:mod:`agentenvs.alfworld.fastpath`: the engine's pure, repeated parses and translations done
+once per process, the same text) and contains the engine's hazards:
 
-* ``fast_downward.pddl2sas`` overwrites ``sys.argv`` (and swaps ``sys.stdout``); every engine call
-  runs inside :func:`_engine_call`, which puts ``sys.argv`` back;
+* ``fast_downward.pddl2sas`` overwrites ``sys.argv`` (and swaps ``sys.stdout``); both are put
+  back after every call;
 * importing alfworld sets ``$ALFWORLD_DATA`` as a side effect; the import is undone;
 * ``AlfredDemangler(shuffle=True)`` shuffles names with the global ``random``; we never shuffle
-  (AgentGym's and alfworld's evaluation setting);
-* loading a game parses its grammar (about 0.2 s) and translates its PDDL twice, on load and again
-  on every reset (about 0.3 s each). Both are pure functions of the game text, so they are cached
-  per process (:class:`_ProcessCache`, a small LRU): a second reset of a game costs only the
-  planner's state setup.
+  (AgentGym's and alfworld's evaluation setting).
 
 Each engine holds its own copy of fast-downward's shared library (textworld loads a private copy per
 environment because the library keeps global state), so engines never share state. A copy stays
 loaded until the process ends (unloading one crashed later loads), so make an environment once per
-worker and reuse it across tasks. Not thread-safe.
+worker and reuse it across tasks. Engine calls of all engines of a process take turns
+(:data:`ENGINE_LOCK`): the translator's options, the fast path's replacements and the derivation
+memo's current path are process-wide.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ import contextlib
 import json
 import os
 import sys
-from collections import OrderedDict
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agentenvs.alfworld import fastpath
 from agentenvs.registration import missing_dependency
 
-__all__ = ["Engine", "clear_process_cache", "import_engine"]
+__all__ = ["ENGINE_LOCK", "Engine", "clear_process_cache", "import_engine"]
 
-_CACHE_GAMES = 8  # games whose parsed grammar and translations stay cached (about 4 MB each)
+ENGINE_LOCK = threading.RLock()  # held by every engine call (and by the memo around one)
 
 
 def _import_engine() -> Any:
@@ -48,7 +49,9 @@ def _import_engine() -> Any:
         import textworld
         from alfworld.agents.environment import alfred_tw_env
         from textworld.envs.pddl import logic as pddl_logic
+        from textworld.envs.pddl import textgen
         from textworld.envs.pddl.pddl import PddlEnv
+        from textworld.logic import Rule
     except ImportError as exc:
         raise missing_dependency("ALFWorld-v0", exc) from exc
     finally:
@@ -56,14 +59,18 @@ def _import_engine() -> Any:
             os.environ["ALFWORLD_DATA"] = old_value or ""
         else:
             os.environ.pop("ALFWORLD_DATA", None)
-    return _Modules(fast_downward, textworld, pddl_logic, PddlEnv, alfred_tw_env)
+    return _Modules(fast_downward, textworld, pddl_logic, textgen, Rule, PddlEnv, alfred_tw_env)
 
 
 class _Modules:
-    def __init__(self, fast_downward, textworld, pddl_logic, pddl_env, alfred_tw_env) -> None:
+    def __init__(
+        self, fast_downward, textworld, pddl_logic, textgen, rule, pddl_env, alfred_tw_env
+    ) -> None:
         self.fast_downward = fast_downward
         self.textworld = textworld
         self.pddl_logic = pddl_logic
+        self.textgen = textgen
+        self.Rule = rule
         self.PddlEnv = pddl_env
         self.AlfredDemangler = alfred_tw_env.AlfredDemangler
         self.AlfredInfos = alfred_tw_env.AlfredInfos
@@ -85,82 +92,31 @@ def _modules() -> _Modules:
     return _MODULES
 
 
-class _ProcessCache:
-    """LRU caches of the two pure, expensive steps of loading a game, shared by the process.
-
-    ``game_logic(domain, grammar)`` is textworld's parsed ``GameLogic`` (read-only after parsing;
-    the planner state only adds types it already has); ``pddl2sas(domain, problem, ...)`` is
-    fast-downward's translation (a parsed task and its SAS text, both only read afterwards).
-    """
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._logic: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._sas: OrderedDict[tuple[str, str, bool], Any] = OrderedDict()
-
-    def clear(self) -> None:
-        self._logic.clear()
-        self._sas.clear()
-
-    def _get(self, table: OrderedDict, key: tuple, make: Callable[[], Any], size: int) -> Any:
-        if key in table:
-            table.move_to_end(key)
-            return table[key]
-        value = make()
-        table[key] = value
-        while len(table) > size:
-            table.popitem(last=False)
-        return value
-
-    def game_logic_factory(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def game_logic(domain: str, grammar: str) -> Any:
-            return self._get(
-                self._logic,
-                (domain, grammar),
-                lambda: original(domain=domain, grammar=grammar),
-                self.maxsize,
-            )
-
-        return game_logic
-
-    def pddl2sas_factory(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
-            return self._get(
-                self._sas,
-                (domain, problem, bool(optimize)),
-                lambda: original(domain, problem, verbose=verbose, optimize=optimize),
-                2 * self.maxsize,
-            )
-
-        return pddl2sas
-
-
-_CACHE = _ProcessCache(_CACHE_GAMES)
-
-
 def clear_process_cache() -> None:
-    """Forget the cached grammars and translations (the next load of each game is cold)."""
-    _CACHE.clear()
+    """Forget the remembered parses, game logic and translations (the next load of each game
+    is cold)."""
+    fastpath.clear()
 
 
 @contextlib.contextmanager
 def _engine_call(modules: _Modules) -> Iterator[None]:
-    """Run engine code with the process cache installed, then restore what it changes.
+    """Run engine code with the fast path installed (:mod:`agentenvs.alfworld.fastpath`), then
+    restore what it changes: the fast path's replacements, ``sys.argv`` and ``sys.stdout``."""
+    with ENGINE_LOCK:
+        with _contained(modules):
+            yield
 
-    textworld calls ``pddl_logic.GameLogic(...)`` and ``fast_downward.pddl2sas(...)`` through
-    their modules, so the cached versions are installed there for the duration of the call only.
-    """
+
+@contextlib.contextmanager
+def _contained(modules: _Modules) -> Iterator[None]:
     argv = sys.argv
     stdout = sys.stdout
-    logic_cls = modules.pddl_logic.GameLogic
-    pddl2sas = modules.fast_downward.pddl2sas
-    modules.pddl_logic.GameLogic = _CACHE.game_logic_factory(logic_cls)
-    modules.fast_downward.pddl2sas = _CACHE.pddl2sas_factory(pddl2sas)
     try:
-        yield
+        with fastpath.installed(
+            modules.fast_downward, modules.pddl_logic, modules.textgen, modules.Rule
+        ):
+            yield
     finally:
-        modules.pddl_logic.GameLogic = logic_cls
-        modules.fast_downward.pddl2sas = pddl2sas
         sys.argv = argv
         sys.stdout = stdout
 
@@ -253,6 +209,7 @@ class Engine:
         Empty when the planner finds none. Takes from milliseconds to tens of seconds.
         """
         with _engine_call(self._m):
+            fastpath.ready_to_plan(self._pddl._pddl_state)
             return list(self._pddl._pddl_state.replan(self._pddl._entity_infos))
 
     def close(self) -> None:

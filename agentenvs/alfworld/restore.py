@@ -2,10 +2,11 @@
 
 A restore is a reset plus a replay of the snapshot's commands (the engine has no public way to copy
 or set its state: fast-downward's Python interface exposes no state ids, and the planner's state
-lives in a C library). Replaying a command costs what a step costs, and nearly all of a step is
-text: textworld's ``PddlEnv`` derives, through its context-sensitive grammar, the feedback and the
-text of *every* admissible command of the new state (about 25 derivations, ~95% of a step). The
-planner part (applicable operators, applying one, updating the facts) is cheap.
+lives in a C library). Replaying a command costs what a step costs, and most of a step is text:
+textworld's ``PddlEnv`` derives, through its context-sensitive grammar, the feedback and the text
+of *every* admissible command of the new state (about 25 derivations; about two thirds of a step
+even with the fast path of :mod:`agentenvs.alfworld.fastpath`). The planner part (applicable
+operators, applying one, updating the facts) is cheap.
 
 A derivation is a deterministic function of the grammar, the symbol derived, the action's mapping
 and the game state (textworld's grammar always takes the first applicable rule; no randomness).
@@ -34,6 +35,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from agentenvs.alfworld.engine import ENGINE_LOCK
 
 __all__ = ["MEMO", "DerivationMemo", "MemoStats"]
 
@@ -94,7 +97,7 @@ class DerivationMemo:
         """``engine.reset()``, its texts served from and added to the memo."""
         if not self.enabled:
             return engine.reset()
-        with self.replaying():
+        with ENGINE_LOCK, self.replaying():
             self.at(())
             return engine.reset()
 
@@ -104,7 +107,7 @@ class DerivationMemo:
         if not self.enabled:
             return engine.step(command)
         valid = command.strip() in engine.admissible_commands
-        with self.replaying():
+        with ENGINE_LOCK, self.replaying():
             self.at((*done, command.strip()) if valid else done)
             return engine.step(command)
 

@@ -144,6 +144,7 @@ class BabyAITextEnv(TextEnv):
         self._level: Level | None = None
         self._image: np.ndarray | None = None
         self._view: View | None = None
+        self._actions_text = ""  # the view's "Available actions: [...]" line
         # the latest observation and its fields, built from the view (no parsing)
         self._known_fields: tuple[str, dict[str, Any]] | None = None
 
@@ -155,6 +156,8 @@ class BabyAITextEnv(TextEnv):
         return [f"agentgym/{i}" for i in split_task_indices(split)]
 
     def family(self, task_id: str) -> str:
+        if task_id == self._task_id and self._level is not None:  # checked when it started
+            return self._level.family
         return self._level_of(task_id)[0].family
 
     def level(self, task_id: str) -> str:
@@ -284,6 +287,7 @@ class BabyAITextEnv(TextEnv):
     def _refresh(self, image: np.ndarray) -> None:
         self._image = image
         self._view = read_view(self._mg, image, parity=self.parity)
+        self._actions_text = available_actions_text(list(self._view.actions))
 
     def _known(self, observation: str, fields: dict[str, Any]) -> str:
         """Remember ``observation``'s fields (built from the view) and return it."""
@@ -297,7 +301,7 @@ class BabyAITextEnv(TextEnv):
 
     def _actions_line(self) -> str:
         assert self._view is not None
-        return available_actions_text(list(self._view.actions))
+        return self._actions_text
 
 
 def _check_rules(rules: str) -> Rules:

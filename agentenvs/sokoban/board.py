@@ -16,6 +16,7 @@ as ``" # \\t"``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -77,17 +78,15 @@ class Board(NamedTuple):
 
     @property
     def targets(self) -> frozenset[int]:
-        return frozenset(i for i, v in enumerate(self.fixed) if v == TARGET)
+        return _targets(self.fixed)
 
     def boxes_on_target(self) -> int:
         """How many boxes stand on a target."""
-        fixed = self.fixed
-        return sum(1 for b in self.boxes if fixed[b] == TARGET)
+        return len(self.boxes & _targets(self.fixed))
 
     def solved(self) -> bool:
         """Every target holds a box (gym-sokoban: no empty target and no player on one)."""
-        fixed = self.fixed
-        return all(fixed[i] != TARGET or i in self.boxes for i in range(len(fixed)))
+        return _targets(self.fixed) <= self.boxes
 
     def cell(self, index: int) -> tuple[int, int]:
         """(row, col) of a flat index."""
@@ -95,18 +94,37 @@ class Board(NamedTuple):
 
     def render(self, style: str = "compact") -> str:
         """The grid as text (see the module docstring for the styles)."""
-        fmt = _CELL_FORMAT[style]
-        cells = [fmt.format(_SYMBOLS[v]) for v in self.fixed]
+        fixed = self.fixed
+        cells = list(_fixed_cells(fixed, style))
+        box, box_on_target, player, player_on_target = _MOVABLE_CELLS[style]
         for b in self.boxes:
-            cells[b] = fmt.format(_BOX_ON_TARGET if self.fixed[b] == TARGET else _BOX)
+            cells[b] = box_on_target if fixed[b] == TARGET else box
         p = self.player
-        cells[p] = fmt.format(_PLAYER_ON_TARGET if self.fixed[p] == TARGET else _PLAYER)
+        cells[p] = player_on_target if fixed[p] == TARGET else player
         cols = self.cols
-        return "\n".join("".join(cells[r * cols : (r + 1) * cols]) for r in range(self.rows))
+        return "\n".join(["".join(cells[i : i + cols]) for i in range(0, len(cells), cols)])
 
     def _inside(self, index: int, dr: int, dc: int) -> bool:
         row, col = divmod(index, self.cols)
         return 0 <= row + dr < self.rows and 0 <= col + dc < self.cols
+
+
+@functools.lru_cache(maxsize=1024)
+def _targets(fixed: bytes) -> frozenset[int]:
+    return frozenset(i for i, v in enumerate(fixed) if v == TARGET)
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_cells(fixed: bytes, style: str) -> tuple[str, ...]:
+    """Each fixed cell's text in ``style`` (a room's walls, floors and targets never change)."""
+    fmt = _CELL_FORMAT[style]
+    return tuple(fmt.format(_SYMBOLS[v]) for v in fixed)
+
+
+_MOVABLE_CELLS = {  # style -> box, box on target, player, player on target
+    style: tuple(fmt.format(s) for s in (_BOX, _BOX_ON_TARGET, _PLAYER, _PLAYER_ON_TARGET))
+    for style, fmt in _CELL_FORMAT.items()
+}
 
 
 def parse_grid(text: str) -> Board | None:

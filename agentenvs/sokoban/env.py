@@ -151,7 +151,8 @@ class SokobanEnv(TextEnv):
         return f"seed/{TRAIN_SEEDS[int(self.np_random.integers(len(TRAIN_SEEDS)))]}"
 
     def family(self, task_id: str) -> str:
-        self._seed_of(task_id)
+        if task_id != self._task_id:  # the current task's id was checked when it started
+            self._seed_of(task_id)
         return self._family
 
     def room(self, task_id: str) -> Room:

@@ -28,3 +28,20 @@ def test_babyai_walk_row() -> None:
     row = babyai._walk_row(quick=True)
     assert row.baseline_seconds and row.seconds > 0 and row.met is not None
     assert row.baseline == "the same primitives on raw minigrid"
+
+
+def test_alfworld_rows_against_the_original_process(monkeypatch) -> None:
+    if importlib.util.find_spec("alfworld") is None:
+        pytest.skip("needs the alfworld extra")
+    from agentenvs.benchmarks.speed import alfworld
+
+    comparison = alfworld.compare_with_original(rounds=1, games_per_round=1, commands=4)
+    assert comparison.games == 1 and len(comparison.ours_steps) == 4
+    rows = comparison.rows()
+    assert [r.baseline for r in rows] == ["original engine, own process"] * 2
+    assert all(r.ratio and r.met is not None for r in rows)
+    assert all(s > 0 for s in comparison.steps_per_second())
+
+    monkeypatch.setattr(alfworld, "first_observation", lambda text: text + " (changed)")
+    with pytest.raises(RuntimeError, match="differs from the original engine"):
+        alfworld.compare_with_original(rounds=1, games_per_round=1, commands=1)
