@@ -18,7 +18,7 @@
    renders only what is in view).
 
 The figures go to ``OUT/load_time.json`` and, with ``--publish DIR``, ``DIR/load-time.md`` and
-``DIR/load-time.json`` (with the machine, the browser and the date). The target is the issue's
+``DIR/load-time.json`` (with the machine, the browser and the date). The target is
 :data:`TARGET_OPEN_S`: the median open under 2 s.
 """
 
