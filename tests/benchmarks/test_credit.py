@@ -120,3 +120,17 @@ def test_credit_table_and_its_page(episodes):
     text = format_credit(rows)
     assert "| ptgpo | decisive (t=4) | right | win | `down` | +5.404 | +4.469 |" in text
     assert "-0.000" not in text
+
+
+def test_the_expert_labels_the_decisive_push_fatal(episodes):
+    from agentenvs.benchmarks.learning.oracle_credit import label_actions
+
+    for ep in episodes:
+        labels = label_actions(ep.anchors, ep.actions)
+        if ep.won:  # from the decision state on, a shortest solution: every move progress
+            assert labels[DECISIVE_STEP:] == ["progress"] * (T - DECISIVE_STEP)
+        else:  # the push at t=4 loses the room; what follows is played in a lost room
+            assert labels[DECISIVE_STEP] == "fatal"
+            assert labels[DECISIVE_STEP + 1 :] == ["lost"] * (T - DECISIVE_STEP - 1)
+        assert "fatal" not in labels[:DECISIVE_STEP] and "lost" not in labels[:DECISIVE_STEP]
+    assert label_actions([episodes[0].anchors[0]], [None]) == ["detour"]  # no action: no move
