@@ -22,7 +22,9 @@ from agentenvs.benchmarks.metrics import pass_at_k
 
 __all__ = [
     "DIAGNOSTIC_LABELS",
+    "CONTRASTS",
     "arm_table",
+    "contrasts",
     "diagnostics",
     "format_diagnostics",
     "format_summary",
@@ -174,6 +176,20 @@ def format_diagnostics(
     return lines
 
 
+CONTRASTS = (("ptgpo", "grpo"), ("ptgpo", "gigpo"), ("gigpo", "grpo"))
+"""RL arm pairs compared directly (paired over (seed, task), as against SFT)."""
+
+
+def contrasts(per_task: Mapping[str, PerTask]) -> dict[str, dict[str, float]]:
+    """{"a - b": paired statistics of arm a against arm b} for the :data:`CONTRASTS` whose
+    two arms both have results."""
+    out = {}
+    for a, b in CONTRASTS:
+        if a in per_task and b in per_task:
+            out[f"{a} - {b}"] = paired({a: per_task[a], b: per_task[b]}, base=b)[a]
+    return out
+
+
 def machine(threads: int) -> dict[str, Any]:
     """What decides bit-for-bit reproduction: CPU model, torch version, threads, platform."""
     import torch
@@ -240,6 +256,18 @@ def format_summary(summary: Mapping[str, Any], *, diagnostics: bool = True) -> s
             f"{_fmt(row['z'], '.2f')} | "
             f"{row['pairs']} | {row['better']} / {row['worse']} |"
         )
+    between = summary.get("contrasts") or {}
+    if between:
+        lines += [
+            "",
+            "| RL arms against each other | paired diff | SE | z | pairs | better / worse |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, row in between.items():
+            lines.append(
+                f"| {name} | {_fmt(row['mean_diff'], '+.3f')} | {_fmt(row['se'], '.3f')} | "
+                f"{_fmt(row['z'], '.2f')} | {row['pairs']} | {row['better']} / {row['worse']} |"
+            )
     if diagnostics:
         lines += format_diagnostics(summary.get("diagnostics") or {})
     missing = summary.get("missing", [])

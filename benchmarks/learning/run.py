@@ -28,6 +28,7 @@ from typing import Any
 
 from agentenvs.benchmarks.learning.report import (
     arm_table,
+    contrasts,
     diagnostics,
     format_summary,
     machine,
@@ -304,6 +305,7 @@ def summarize(
         "per_task": per_task,
         "results": arm_table(per_task, k),
         "paired": paired(per_task) if "sft" in per_task else {},
+        "contrasts": contrasts(per_task),
         "curves": curves,
         "diagnostics": diagnostics(training),
         "training": training,

@@ -95,3 +95,19 @@ def test_summary_markdown_names_the_split_and_shows_diagnostics():
     assert "1 validation tasks (train split" in text
     assert "| gigpo | steps in anchor groups of >= 2 | " in text
     assert "Diagnostics" not in format_summary(summary, diagnostics=False)
+
+
+def test_contrasts_pair_rl_arms_over_seed_and_task():
+    from agentenvs.benchmarks.learning.report import contrasts
+
+    per_task = {
+        "sft": {"0": {"a": [0, 4], "b": [0, 4]}},
+        "grpo": {"0": {"a": [1, 4], "b": [2, 4]}, "1": {"a": [0, 4], "b": [0, 4]}},
+        "ptgpo": {"0": {"a": [3, 4], "b": [2, 4]}, "1": {"a": [1, 4], "b": [0, 4]}},
+    }
+    got = contrasts(per_task)
+    assert set(got) == {"ptgpo - grpo"}  # gigpo has no results
+    row = got["ptgpo - grpo"]
+    diffs = [0.5, 0.0, 0.25, 0.0]
+    assert row["mean_diff"] == pytest.approx(sum(diffs) / 4) and row["pairs"] == 4
+    assert (row["better"], row["worse"]) == (2, 0)
