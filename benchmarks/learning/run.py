@@ -170,8 +170,10 @@ def _run_units(
             cmd += ["--no-summary", *(f"--set={item}" for item in overrides)]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             running.append((proc, log, (arm, seed)))
-        if not running and todo:  # what is left waits on an SFT unit that failed
-            failed += [f"{arm}/seed-{seed} (its seed's SFT unit failed)" for arm, seed in todo]
+        if not running and todo:  # what is left waits on an SFT unit that failed or not ran
+            failed += [
+                f"{arm}/seed-{seed} (its seed's SFT unit did not finish)" for arm, seed in todo
+            ]
             break
         time.sleep(1.0)
         for item in list(running):
@@ -223,7 +225,7 @@ def run_benchmark(
         if preset_name is None:
             raise ValueError("jobs > 1 runs the units by preset name: pass preset_name")
         seeds = settings.seeds
-        units = [("sft", s) for s in seeds]
+        units = [("sft", s) for s in seeds if "sft" in run_arms]
         units += [(a, s) for s in seeds for a in run_arms if a != "sft"]
         _run_units(
             preset_name,
