@@ -377,7 +377,7 @@ def gigpo_advantage(batch: AdvantageBatch, config: GiGPOConfig) -> AdvantageResu
     advantages = episode_adv[lay.row_episode] + config.step_weight * step_adv
     metrics = _episode_metrics(lay, lay.episode_rewards(batch))
     metrics.update(_anchor_metrics(roots, n_roots, returns))
-    metrics["adv/step_credit_abs_mean"] = float(np.abs(config.step_weight * step_adv).mean())
+    metrics.update(_step_credit_metrics(lay, batch, config.step_weight * step_adv))
     return _result(batch, advantages, returns, metrics)
 
 
@@ -396,7 +396,7 @@ def ptgpo_advantage(batch: AdvantageBatch, config: PTGPOConfig) -> AdvantageResu
     metrics = _episode_metrics(lay, lay.episode_rewards(batch))
     metrics.update(_anchor_metrics(roots, n_roots, returns))
     metrics.update(tree.metrics())
-    metrics["adv/step_credit_abs_mean"] = float(np.abs(config.step_weight * tree_credit).mean())
+    metrics.update(_step_credit_metrics(lay, batch, config.step_weight * tree_credit))
     metrics["adv/step_credit_nonzero_frac"] = float((tree_credit != 0).mean())
     return _result(batch, advantages, returns, metrics)
 
@@ -576,6 +576,28 @@ def _episode_metrics(lay: _EpisodeLayout, episode_reward: np.ndarray) -> dict[st
             episode_reward, lay.episode_group, lay.n_groups
         ),
         "adv/group_size_mean": float(len(lay.lengths) / lay.n_groups),
+    }
+
+
+def _step_credit_metrics(
+    lay: _EpisodeLayout, batch: AdvantageBatch, credit: np.ndarray
+) -> dict[str, float]:
+    """Mean |step credit| (the part of A beyond the episode's outcome advantage) and the share
+    of it on rows of task groups whose episodes all earned the same reward, where no outcome
+    differs (what credit there is comes from step rewards and timing alone)."""
+    magnitude = np.abs(credit)
+    rewards = lay.episode_rewards(batch)
+    high = np.full(lay.n_groups, -np.inf)
+    low = np.full(lay.n_groups, np.inf)
+    np.maximum.at(high, lay.episode_group, rewards)
+    np.minimum.at(low, lay.episode_group, rewards)
+    flat_row = (high == low)[lay.row_group]
+    total = float(magnitude.sum())
+    return {
+        "adv/step_credit_abs_mean": float(magnitude.mean()) if len(magnitude) else 0.0,
+        "adv/step_credit_flat_group_share": float(magnitude[flat_row].sum()) / total
+        if total
+        else 0.0,
     }
 
 

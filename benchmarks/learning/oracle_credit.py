@@ -150,16 +150,26 @@ def oracle_table(trajs: Sequence[Any]) -> dict[str, Any]:
     for traj, labs in zip(trajs, labels, strict=True):
         for lab in labs:
             counts[lab]["won" if traj.won else "lost"] += 1
+    groups_won = {t.group_id for t in trajs if t.won}
     algos: dict[str, Any] = {}
     for algo in ALGOS:
         sums: dict[tuple[str, str], list[float]] = {}
+        steps: list[tuple[str, str, float, bool]] = []  # (label, outcome, advantage, any win)
+        no_win = [0.0, 0.0, 0.0, 0.0]  # |adv|, |credit| in groups without a win; totals
         for traj, labs, values in zip(trajs, labels, _advantages(trajs, algo), strict=True):
             outcome = "won" if traj.won else "lost"
+            some_win = traj.group_id in groups_won
             for lab, (adv, credit) in zip(labs, values, strict=True):
                 acc = sums.setdefault((lab, outcome), [0.0, 0.0, 0.0])
                 acc[0] += adv
                 acc[1] += credit
                 acc[2] += 1
+                steps.append((lab, outcome, adv, some_win))
+                no_win[2] += abs(adv)
+                no_win[3] += abs(credit)
+                if not some_win:
+                    no_win[0] += abs(adv)
+                    no_win[1] += abs(credit)
         algos[algo] = {
             lab: {
                 outcome: (
@@ -171,7 +181,48 @@ def oracle_table(trajs: Sequence[Any]) -> dict[str, Any]:
             }
             for lab in LABELS
         }
-    return {"counts": counts, "algos": algos}
+        algos[algo]["separation"] = _separations(steps)
+        algos[algo]["no_win_share"] = {
+            "advantage": no_win[0] / no_win[2] if no_win[2] else None,
+            "credit": no_win[1] / no_win[3] if no_win[3] else None,
+        }
+    return {
+        "counts": counts,
+        "groups": len({t.group_id for t in trajs}),
+        "groups_with_a_win": len(groups_won),
+        "algos": algos,
+    }
+
+
+SEPARATIONS = {
+    "progress - detour": (("progress", None), ("detour", None)),
+    "progress - detour, lost episodes": (("progress", "lost"), ("detour", "lost")),
+    "progress - fatal, lost episodes": (("progress", "lost"), ("fatal", "lost")),
+}
+"""Effect sizes reported: (label, outcome or None for both) of the first minus the second."""
+
+
+def _separations(steps: Sequence[tuple[str, str, float, bool]]) -> dict[str, float | None]:
+    """Effect size d = (mean A of one kind of step - mean A of another) / std of A over every
+    step of a group with a win (where the outcome says anything), for :data:`SEPARATIONS`."""
+    informative = [a for _lab, _o, a, some_win in steps if some_win]
+    if len(informative) < 2:
+        return {name: None for name in SEPARATIONS}
+    mean = sum(informative) / len(informative)
+    std = (sum((a - mean) ** 2 for a in informative) / (len(informative) - 1)) ** 0.5
+    out: dict[str, float | None] = {}
+    for name, (first, second) in SEPARATIONS.items():
+        means = []
+        for lab, outcome in (first, second):
+            vals = [
+                a
+                for lb, o, a, some_win in steps
+                if some_win and lb == lab and (outcome is None or o == outcome)
+            ]
+            means.append(sum(vals) / len(vals) if vals else None)
+        ok = std > 0 and None not in means
+        out[name] = (means[0] - means[1]) / std if ok else None  # type: ignore[operator]
+    return out
 
 
 def format_oracle(table: dict[str, Any], *, model: str, rooms: int, samples: int) -> str:
@@ -208,7 +259,27 @@ def format_oracle(table: dict[str, Any], *, model: str, rooms: int, samples: int
                     "-" if v is None else f"{_signed(v['advantage'])} ({_signed(v['credit'])})"
                 )
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"{table['groups_with_a_win']} of {table['groups']} groups have a won episode. Effect "
+        "sizes (difference of mean advantage / std of the advantages of the steps of groups "
+        "with a win, those steps only) and the share of |advantage| and of |step credit| that "
+        "falls in groups without a win (where no outcome can be told apart: step penalties, "
+        "timing and format only):",
+        "",
+        "| estimator | " + " | ".join(SEPARATIONS) + " | no-win share of abs(advantage) | "
+        "no-win share of abs(step credit) |",
+        "|---|" + "---|" * (len(SEPARATIONS) + 2),
+    ]
+    for algo, per_label in table["algos"].items():
+        seps = [_fmt2(per_label["separation"][name]) for name in SEPARATIONS]
+        shares = [_fmt2(per_label["no_win_share"][k]) for k in ("advantage", "credit")]
+        lines.append(f"| {algo} | " + " | ".join(seps + shares) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _fmt2(value: float | None) -> str:
+    return "-" if value is None else f"{round(value, 2) + 0.0:.2f}"
 
 
 def _signed(value: float) -> str:
@@ -224,12 +295,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="write the markdown here (else print it)")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
+    parser.add_argument(
+        "--trajectories",
+        default=None,
+        help="a trajectories file: read it if it exists (no rollouts), else write the rollouts",
+    )
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     rooms = [f"seed/{s}" for s in range(args.rooms)]
-    trajs = _rollouts(args.model, rooms, args.samples, args.max_turns, args.seed)
+    from agentenvs.agents.trajectory import read_trajectories, write_trajectories
+
+    cached = Path(args.trajectories) if args.trajectories else None
+    if cached is not None and cached.is_file():
+        trajs = list(read_trajectories(cached))
+    else:
+        trajs = _rollouts(args.model, rooms, args.samples, args.max_turns, args.seed)
+        if cached is not None:
+            write_trajectories(cached, trajs)
     table = oracle_table(trajs)
     text = format_oracle(table, model=args.model, rooms=args.rooms, samples=args.samples)
     if args.json:

@@ -108,6 +108,7 @@ DIAGNOSTIC_LABELS = {
     "adv/abs_mean": "mean abs(step advantage)",
     "adv/step_credit_abs_mean": "mean abs(step credit) (beyond the episode's)",
     "adv/step_credit_nonzero_frac": "steps with non-zero tree credit",
+    "adv/step_credit_flat_group_share": "share of abs(step credit) in zero-spread task groups",
     "adv/trees": "trees (roots of >= tau_expand) per batch",
     "adv/tree_nodes_per_tree": "nodes per tree",
     "adv/tree_depth_max": "deepest tree level",

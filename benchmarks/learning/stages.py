@@ -46,6 +46,7 @@ TRAINING_METRICS = (
     "adv/abs_mean",
     "adv/step_credit_abs_mean",
     "adv/step_credit_nonzero_frac",
+    "adv/step_credit_flat_group_share",
     "adv/zero_std_group_frac",
     "adv/grouped_step_frac",
     "adv/step_group_size_mean",

@@ -465,10 +465,29 @@ def test_zero_spread_and_unsplit_trees_are_counted():
     assert ptgpo["adv/tree_nodes"] == 6.0  # a, a-b, b; a, a-c, a-d
     assert ptgpo["adv/tree_branching"] == pytest.approx(6 / 5)
     assert ptgpo["adv/tree_split_frac"] == pytest.approx(1 / 5)
+    # group 0 (flat rewards) has no step credit here: its trees never split, its anchor groups
+    # have equal returns; all of it is in group 1
+    assert ptgpo["adv/step_credit_flat_group_share"] == 0.0
     gigpo = run("gigpo", batch).metrics
     for key in ("adv/zero_std_group_frac", "adv/step_group_zero_spread_frac"):
         assert gigpo[key] == ptgpo[key]
+    assert gigpo["adv/step_credit_flat_group_share"] == 0.0
     assert "adv/trees" not in gigpo
     grpo = run("grpo", batch).metrics  # anchors given: how often states coincide, for GRPO too
     assert grpo["adv/grouped_step_frac"] == ptgpo["adv/grouped_step_frac"]
     assert "adv/step_credit_abs_mean" not in grpo
+
+
+def test_step_credit_in_groups_without_reward_spread_is_counted():
+    # group 0: both episodes end with reward 0 but visit s at different steps: G differs by the
+    # step reward (-0.1 at t=0), so s's anchor group has a return spread and gets step credit;
+    # group 1: an outcome difference at a shared anchor
+    late = [("x", "w", -0.1), ("s", "a", 0.1)]
+    early = [("s", "b", 0.0), ("y", "c", 0.0)]
+    win, lose = [("s", "a", 1.0)], [("s", "b", 0.0)]
+    batch = AdvantageBatch.from_groups([[late, early], [win, lose]])
+    # gamma 1: group 0's R: 0 and 0 (flat); anchor s: G = 0.1 (late, t=1) and 0 (early, t=0)
+    metrics = run("gigpo", batch, gamma=1.0).metrics
+    # GiGPO mean-norm step credit: group 0 s: +-0.05 (2 rows), x, y alone: 0; group 1 s: +-0.5
+    assert metrics["adv/step_credit_flat_group_share"] == pytest.approx(0.1 / 1.1)
+    assert metrics["adv/step_credit_abs_mean"] == pytest.approx(1.1 / 6)
