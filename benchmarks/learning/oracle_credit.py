@@ -182,9 +182,10 @@ def oracle_table(trajs: Sequence[Any]) -> dict[str, Any]:
             for lab in LABELS
         }
         algos[algo]["separation"] = _separations(steps)
+        has_credit = no_win[3] > 1e-6 * max(len(steps), 1)  # GRPO: none (float dust only)
         algos[algo]["no_win_share"] = {
             "advantage": no_win[0] / no_win[2] if no_win[2] else None,
-            "credit": no_win[1] / no_win[3] if no_win[3] else None,
+            "credit": no_win[1] / no_win[3] if has_credit else None,
         }
     return {
         "counts": counts,
