@@ -226,7 +226,9 @@ def _separations(steps: Sequence[tuple[str, str, float, bool]]) -> dict[str, flo
     return out
 
 
-def format_oracle(table: dict[str, Any], *, model: str, rooms: int, samples: int) -> str:
+def format_oracle(table: dict[str, Any], *, model: str, rooms: str, samples: int) -> str:
+    """The page: label counts, mean advantage per label and outcome, effect sizes, no-win
+    shares (``rooms`` says which rooms were played)."""
     counts = table["counts"]
     won = sum(c["won"] for c in counts.values())
     lost = sum(c["lost"] for c in counts.values())
@@ -234,7 +236,7 @@ def format_oracle(table: dict[str, Any], *, model: str, rooms: int, samples: int
         "# Step credit against the expert, on a model's own Sokoban groups",
         "",
         f"`python -m agentenvs.benchmarks.learning.oracle_credit` (module docstring): model "
-        f"`{model}`, {rooms} training rooms x {samples} episodes (temperature 1, turn limit 10); "
+        f"`{model}`, {rooms} x {samples} episodes (temperature 1, turn limit 10); "
         f"{won} steps of won and {lost} steps of lost episodes. Labels by the shortest solver: "
         "progress (shortens the shortest solution by one), detour (anything else while "
         "solvable), fatal (makes the room unsolvable), lost (after that).",
@@ -290,7 +292,13 @@ def _signed(value: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model directory (hf: policy)")
-    parser.add_argument("--rooms", type=int, default=32, help="training rooms seed/0 .. N-1")
+    parser.add_argument("--rooms", type=int, default=32, help="rooms seed/F .. F+N-1")
+    parser.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="F (train seeds: 0-255 the benchmark's training rooms, 256-279 its validation rooms)",
+    )
     parser.add_argument("--samples", type=int, default=8, help="episodes per room (group size)")
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
@@ -305,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    rooms = [f"seed/{s}" for s in range(args.rooms)]
+    rooms = [f"seed/{s}" for s in range(args.first, args.first + args.rooms)]
     from agentenvs.agents.trajectory import read_trajectories, write_trajectories
 
     cached = Path(args.trajectories) if args.trajectories else None
@@ -316,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cached is not None:
             write_trajectories(cached, trajs)
     table = oracle_table(trajs)
-    text = format_oracle(table, model=args.model, rooms=args.rooms, samples=args.samples)
+    last = args.first + args.rooms - 1
+    where = f"{args.rooms} rooms (train seeds {args.first}-{last})"
+    text = format_oracle(table, model=args.model, rooms=where, samples=args.samples)
     if args.json:
         import json
 
