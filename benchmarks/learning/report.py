@@ -20,7 +20,18 @@ from typing import Any
 
 from agentenvs.benchmarks.eval.metrics import pass_at_k
 
-__all__ = ["arm_table", "format_summary", "machine", "paired", "plot_curve"]
+__all__ = [
+    "DIAGNOSTIC_LABELS",
+    "CONTRASTS",
+    "arm_table",
+    "contrasts",
+    "diagnostics",
+    "format_diagnostics",
+    "format_summary",
+    "machine",
+    "paired",
+    "plot_curve",
+]
 
 PerTask = Mapping[str, Mapping[str, list[int]]]  # seed -> task -> [successes, samples]
 
@@ -87,6 +98,99 @@ def paired(per_task: Mapping[str, PerTask], base: str = "sft") -> dict[str, dict
     return out
 
 
+DIAGNOSTIC_LABELS = {
+    "rollout/success_rate": "training success",
+    "rollout/turns_mean": "turns per episode",
+    "adv/zero_std_group_frac": "task groups with zero reward spread",
+    "adv/grouped_step_frac": "steps in anchor groups of >= 2",
+    "adv/step_group_size_mean": "anchor group size (mean)",
+    "adv/step_group_zero_spread_frac": "anchor groups of >= 2 with zero return spread",
+    "adv/abs_mean": "mean abs(step advantage)",
+    "adv/step_credit_abs_mean": "mean abs(step credit) (beyond the episode's)",
+    "adv/step_credit_nonzero_frac": "steps with non-zero tree credit",
+    "adv/step_credit_flat_group_share": "share of abs(step credit) in zero-spread task groups",
+    "adv/trees": "trees (roots of >= tau_expand) per batch",
+    "adv/tree_nodes_per_tree": "nodes per tree",
+    "adv/tree_depth_max": "deepest tree level",
+    "adv/tree_branching": "children per expanded node",
+    "adv/tree_split_frac": "expanded nodes with >= 2 children",
+}
+"""The per-iteration diagnostics of the RL arms, in the order ``summary.md`` shows them."""
+
+
+def diagnostics(
+    training: Mapping[str, Mapping[str, Mapping[str, list[float | None]]]],
+) -> dict[str, dict[str, list[float | None]]]:
+    """{arm: {metric: [mean over seeds at iteration 1, 2, ...]}} from {arm: {seed: {metric:
+    [value per iteration]}}}; None where no seed has the value (an estimator without it)."""
+    out: dict[str, dict[str, list[float | None]]] = {}
+    for arm, seeds in training.items():
+        metrics = sorted({m for series in seeds.values() for m in series})
+        out[arm] = {}
+        for metric in metrics:
+            runs = [series.get(metric) or [] for series in seeds.values()]
+            length = max(len(r) for r in runs)
+            means: list[float | None] = []
+            for it in range(length):
+                values = [r[it] for r in runs if it < len(r) and r[it] is not None]
+                means.append(sum(values) / len(values) if values else None)
+            out[arm][metric] = means
+    return out
+
+
+def _window_means(values: list[float | None], windows: int) -> list[float | None]:
+    """Means of ``values`` over ``windows`` consecutive, near-equal slices (None: no value)."""
+    n = len(values)
+    out: list[float | None] = []
+    for w in range(windows):
+        chunk = [v for v in values[w * n // windows : (w + 1) * n // windows] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else None)
+    return out
+
+
+def format_diagnostics(
+    per_arm: Mapping[str, Mapping[str, list[float | None]]], windows: int = 4
+) -> list[str]:
+    """Markdown lines: per RL arm and diagnostic, the mean over seeds in ``windows`` slices of
+    the iterations (first to last)."""
+    arms = [a for a, m in per_arm.items() if m]
+    if not arms:
+        return []
+    n = max(len(v) for a in arms for v in per_arm[a].values())
+    bounds = [(w * n // windows + 1, (w + 1) * n // windows) for w in range(windows)]
+    head = " | ".join(f"it {lo}-{hi}" for lo, hi in bounds)
+    lines = [
+        "",
+        f"Diagnostics of RL's training batches (mean over seeds, over {windows} slices of the "
+        "iterations; per iteration in summary.json, `diagnostics`):",
+        "",
+        f"| arm | diagnostic | {head} |",
+        "|---|---|" + "---|" * windows,
+    ]
+    for arm in arms:
+        for metric, label in DIAGNOSTIC_LABELS.items():
+            values = per_arm[arm].get(metric)
+            if not values or all(v is None for v in values):
+                continue
+            cells = " | ".join(_fmt(v, ".3f") for v in _window_means(values, windows))
+            lines.append(f"| {arm} | {label} | {cells} |")
+    return lines
+
+
+CONTRASTS = (("ptgpo", "grpo"), ("ptgpo", "gigpo"), ("gigpo", "grpo"))
+"""RL arm pairs compared directly (paired over (seed, task), as against SFT)."""
+
+
+def contrasts(per_task: Mapping[str, PerTask]) -> dict[str, dict[str, float]]:
+    """{"a - b": paired statistics of arm a against arm b} for the :data:`CONTRASTS` whose
+    two arms both have results."""
+    out = {}
+    for a, b in CONTRASTS:
+        if a in per_task and b in per_task:
+            out[f"{a} - {b}"] = paired({a: per_task[a], b: per_task[b]}, base=b)[a]
+    return out
+
+
 def machine(threads: int) -> dict[str, Any]:
     """What decides bit-for-bit reproduction: CPU model, torch version, threads, platform."""
     import torch
@@ -109,15 +213,16 @@ def machine(threads: int) -> dict[str, Any]:
     }
 
 
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """``summary.md``: the arm table and the paired differences."""
+def format_summary(summary: Mapping[str, Any], *, diagnostics: bool = True) -> str:
+    """``summary.md``: the arm table, the paired differences and (``diagnostics``) the RL
+    arms' training diagnostics."""
     k = summary["settings"]["eval_k"]
     seeds = summary["settings"]["seeds"]
     lines = [
         f"# Learning benchmark: {summary['env_id']}",
         "",
         f"{len(summary['train_task_ids'])} training tasks (train split), "
-        f"{len(summary['eval_task_ids'])} held-out evaluation tasks (test split), "
+        f"{len(summary['eval_task_ids'])} {_evaluated_on(summary)}, "
         f"seeds {list(seeds)}, {summary['settings']['eval_n']} episodes per eval task; "
         f"machine: {summary['machine']['cpu_model']}, torch {summary['machine']['torch_version']}"
         f", {summary['machine']['torch_threads']} thread(s).",
@@ -152,11 +257,33 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             f"{_fmt(row['z'], '.2f')} | "
             f"{row['pairs']} | {row['better']} / {row['worse']} |"
         )
+    between = summary.get("contrasts") or {}
+    if between:
+        lines += [
+            "",
+            "| RL arms against each other | paired diff | SE | z | pairs | better / worse |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, row in between.items():
+            lines.append(
+                f"| {name} | {_fmt(row['mean_diff'], '+.3f')} | {_fmt(row['se'], '.3f')} | "
+                f"{_fmt(row['z'], '.2f')} | {row['pairs']} | {row['better']} / {row['worse']} |"
+            )
+    if diagnostics:
+        lines += format_diagnostics(summary.get("diagnostics") or {})
     missing = summary.get("missing", [])
     if missing:
         lines += ["", f"Not finished (rerun to resume): {', '.join(missing)}"]
     lines += ["", f"wall time of this invocation: {summary['wall_seconds']} s"]
     return "\n".join(lines) + "\n"
+
+
+def _evaluated_on(summary: Mapping[str, Any]) -> str:
+    if summary.get("eval_split", "test") == "validation":
+        return "validation tasks (train split, after the training tasks; not the test split)"
+    held_apart = len(summary.get("validation_task_ids") or [])
+    apart = f"; {held_apart} validation tasks held apart in train" if held_apart else ""
+    return f"held-out evaluation tasks (test split{apart})"
 
 
 def plot_curve(

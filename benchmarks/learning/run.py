@@ -22,11 +22,14 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agentenvs.benchmarks.learning.report import (
     arm_table,
+    contrasts,
+    diagnostics,
     format_summary,
     machine,
     paired,
@@ -40,6 +43,7 @@ from agentenvs.benchmarks.learning.settings import (
     preset,
     rl_task_ids,
     train_task_ids,
+    validation_task_ids,
 )
 from agentenvs.benchmarks.learning.stages import (
     data_stage,
@@ -49,7 +53,7 @@ from agentenvs.benchmarks.learning.stages import (
     sft_stage,
 )
 
-__all__ = ["main", "run_benchmark"]
+__all__ = ["main", "parse_overrides", "run_benchmark"]
 
 
 def _bar(total: int, desc: str, enabled: bool) -> Any:
@@ -76,6 +80,10 @@ def _tasks(settings: BenchSettings, out: Path) -> tuple[list[str], list[str]]:
     train, evals = train_task_ids(settings), eval_task_ids(settings)
     if set(train) & set(evals):
         raise AssertionError("training and evaluation tasks overlap")
+    if settings.validation_tasks and set(validation_task_ids(settings)) & (
+        set(train) | set(eval_task_ids(replace(settings, eval_split="test")))
+    ):
+        raise AssertionError("the validation tasks overlap the training or the test tasks")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps({"settings": _task_key(settings), "train": train, "eval": evals}, indent=1)
@@ -96,6 +104,8 @@ def _task_key(settings: BenchSettings) -> dict[str, Any]:
         "train_tasks": settings.train_tasks,
         "eval_per_family": settings.eval_per_family,
         "max_expert_turns": settings.max_expert_turns,
+        "validation_tasks": settings.validation_tasks,
+        "eval_split": settings.eval_split,
     }
 
 
@@ -119,7 +129,14 @@ def _check_settings(settings: BenchSettings, out: Path) -> None:
 
 
 def _run_units(
-    preset_name: str, out: Path, units: list[tuple[str, int]], jobs: int, desc: str, show: bool
+    preset_name: str,
+    out: Path,
+    units: list[tuple[str, int]],
+    *,
+    jobs: int,
+    desc: str,
+    show: bool,
+    overrides: Sequence[str] = (),
 ) -> None:
     """Run (arm, seed) units, ``jobs`` at a time, each in its own process (one thread each);
     a unit's output goes to ``OUT/logs/<arm>-seed-<s>.log``. An RL unit starts once its seed's
@@ -150,11 +167,13 @@ def _run_units(
                 preset_name,
             ]
             cmd += ["--out", str(out), "--only", arm, "--seeds", str(seed), "--no-progress"]
-            cmd += ["--no-summary"]
+            cmd += ["--no-summary", *(f"--set={item}" for item in overrides)]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             running.append((proc, log, (arm, seed)))
-        if not running and todo:  # what is left waits on an SFT unit that failed
-            failed += [f"{arm}/seed-{seed} (its seed's SFT unit failed)" for arm, seed in todo]
+        if not running and todo:  # what is left waits on an SFT unit that failed or not ran
+            failed += [
+                f"{arm}/seed-{seed} (its seed's SFT unit did not finish)" for arm, seed in todo
+            ]
             break
         time.sleep(1.0)
         for item in list(running):
@@ -179,11 +198,13 @@ def run_benchmark(
     progress: bool = True,
     jobs: int = 1,
     preset_name: str | None = None,
+    preset_overrides: Sequence[str] = (),
     write_summary: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) every unfinished (arm, seed) of ``settings``; write and return the
-    summary of everything finished. ``jobs`` > 1 (needs ``preset_name``, the settings being
-    that preset's): SFT and RL units run that many at a time in their own processes."""
+    summary of everything finished. ``jobs`` > 1 (needs ``preset_name`` and the
+    ``preset_overrides`` ``key=value`` strings that make ``settings`` from that preset): SFT
+    and RL units run that many at a time in their own processes."""
     import torch
 
     torch.set_num_threads(settings.threads)
@@ -204,9 +225,17 @@ def run_benchmark(
         if preset_name is None:
             raise ValueError("jobs > 1 runs the units by preset name: pass preset_name")
         seeds = settings.seeds
-        units = [("sft", s) for s in seeds]
+        units = [("sft", s) for s in seeds if "sft" in run_arms]
         units += [(a, s) for s in seeds for a in run_arms if a != "sft"]
-        _run_units(preset_name, out, units, jobs, "sft, rl arms + eval", progress)
+        _run_units(
+            preset_name,
+            out,
+            units,
+            jobs=jobs,
+            desc="sft, rl arms + eval",
+            show=progress,
+            overrides=preset_overrides,
+        )
     sft: dict[int, dict[str, Any]] = {}
     for seed in settings.seeds:
         _stage(f"sft + eval, seed {seed}", progress)
@@ -244,6 +273,7 @@ def summarize(
     per_task: dict[str, dict[str, Any]] = {}
     curves: dict[str, dict[str, Any]] = {}
     seconds: dict[str, dict[str, Any]] = {}
+    training: dict[str, dict[str, Any]] = {}
     missing = []
     for arm in settings.arms:
         for seed in settings.seeds:
@@ -255,6 +285,8 @@ def summarize(
             per_task.setdefault(arm, {})[str(seed)] = result["per_task"]
             curves.setdefault(arm, {})[str(seed)] = result["curve"]
             seconds.setdefault(arm, {})[str(seed)] = result["seconds"]
+            if "training" in result:
+                training.setdefault(arm, {})[str(seed)] = result["training"]
     k = settings.eval_k
     title = (
         f"{settings.env_id}: {len(eval_ids)} held-out tasks, seeds {list(settings.seeds)}, "
@@ -268,16 +300,43 @@ def summarize(
         "rl_task_ids": _rl_base_ids(rl_task_ids(settings, train_ids)),
         "rl_name_permutations": settings.rl_name_permutations,
         "eval_task_ids": eval_ids,
+        "eval_split": settings.eval_split,
+        "validation_task_ids": validation_task_ids(settings) if settings.validation_tasks else [],
         "settings": settings.to_json(),
         "machine": machine(settings.threads),
         "per_task": per_task,
         "results": arm_table(per_task, k),
         "paired": paired(per_task) if "sft" in per_task else {},
+        "contrasts": contrasts(per_task),
         "curves": curves,
+        "diagnostics": diagnostics(training),
+        "training": training,
         "seconds": seconds,
         "missing": missing,
         "curve": str(curve) if curve else None,
     }
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` as BenchSettings fields (value as JSON, else the string; a JSON
+    list becomes a tuple where the field is one); an unknown key is an error naming them."""
+    from dataclasses import fields
+
+    known = {f.name: f for f in fields(BenchSettings)}
+    defaults = BenchSettings()
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in known:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(known)}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if isinstance(value, list) and isinstance(getattr(defaults, key), tuple):
+            value = tuple(value)
+        out[key] = value
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -291,13 +350,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--publish", default=None, help="copy summary.json, summary.md, curve.png here"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace a preset's setting (a BenchSettings field; VALUE in JSON, or a string), "
+        "e.g. --set rl_lr=0.001 --set eval_split=validation",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--report", action="store_true", help="only write the summary of the finished units"
     )
     args = parser.parse_args(argv)
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = parse_overrides(args.set)
     if args.seeds:
         overrides["seeds"] = tuple(args.seeds)
     if args.threads:
@@ -311,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=not args.no_progress,
         jobs=args.jobs,
         preset_name=args.preset,
+        preset_overrides=args.set,
         write_summary=not args.no_summary,
     )
     if args.no_summary:

@@ -24,9 +24,11 @@ __all__ = [
     "preset",
     "rl_task_ids",
     "train_task_ids",
+    "validation_task_ids",
 ]
 
 SCHEMA_VERSION = 1
+EVAL_SPLITS = ("test", "validation")
 ARMS = ("sft", "grpo", "gigpo", "ptgpo", "prefix-grpo")
 
 
@@ -42,6 +44,12 @@ class BenchSettings:
     eval_per_family: dict[str, int] = field(default_factory=lambda: {"depth-1": 16, "depth-2": 8})
     """Held-out evaluation tasks per family, from the test split."""
     max_expert_turns: int | None = 4
+    validation_tasks: int = 0
+    """Train-split tasks after the training tasks, held apart for choosing settings (never
+    trained on; :func:`validation_task_ids`)."""
+    eval_split: str = "test"
+    """Where the arms are evaluated: ``test`` (the held-out tasks, the benchmark's result) or
+    ``validation`` (the validation tasks, for choosing settings without seeing ``test``)."""
     model: TinyModelSpec = CHECK_MODEL
     sft_renamed_copies: int = 0
     """TextCraft: SFT also trains on this many item-renamed copies of each expert episode
@@ -77,6 +85,12 @@ class BenchSettings:
     eval_every: int = 10
     """Evaluate each RL arm every N iterations (and at the end) for the curve."""
     threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.eval_split not in EVAL_SPLITS:
+            raise ValueError(f"eval_split must be one of {EVAL_SPLITS}, got {self.eval_split!r}")
+        if self.eval_split == "validation" and self.validation_tasks < 1:
+            raise ValueError("eval_split='validation' needs validation_tasks >= 1")
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -123,14 +137,16 @@ PRESETS: dict[str, BenchSettings] = {
         max_expert_turns=None,
         sft_steps=600,
         sft_lr=1e-2,
+        validation_tasks=24,
         max_turns=10,
         max_new_tokens=24,
-        # a Sokoban episode is up to 10 training rows (one prompt per step), TextCraft's one:
-        # half the episodes per iteration and half the iterations keep a unit near 6 minutes
-        rl_iterations=10,
+        rl_iterations=32,
         rl_prompts=8,
-        rl_samples=4,
-        eval_every=5,
+        rl_samples=8,
+        rl_optimizer="adamw",
+        rl_lr=3e-4,
+        rl_schedule="constant",
+        eval_every=16,
     ),
     # a minute or two: every stage, two seeds, two RL arms, tiny shapes (make test)
     "smoke": BenchSettings(
@@ -191,18 +207,37 @@ def _expert_turns(env_id: str, task_ids: list[str]) -> dict[str, int]:
     return {t.task_id: t.turns for t in expert_trajectories(env_id, task_ids) if t.won}
 
 
-def train_task_ids(settings: BenchSettings) -> list[str]:
-    """The first ``train_tasks`` train-split tasks (those the expert solves within
+def _eligible_train_ids(settings: BenchSettings, count: int) -> list[str]:
+    """The first ``count`` train-split tasks (those the expert solves within
     ``max_expert_turns``, when set), in the split's order."""
     from agentenvs.registration import env_class
 
     ids = env_class(settings.env_id)().task_ids("train")
     if settings.max_expert_turns is None:
-        return ids[: settings.train_tasks]
-    pool = ids[: settings.train_tasks * 4]
+        return ids[:count]
+    pool = ids[: count * 4]
     turns = _expert_turns(settings.env_id, pool)
     kept = [t for t in pool if turns.get(t, 10**9) <= settings.max_expert_turns]
-    return kept[: settings.train_tasks]
+    return kept[:count]
+
+
+def train_task_ids(settings: BenchSettings) -> list[str]:
+    """The first ``train_tasks`` train-split tasks (those the expert solves within
+    ``max_expert_turns``, when set), in the split's order."""
+    return _eligible_train_ids(settings, settings.train_tasks)
+
+
+def validation_task_ids(settings: BenchSettings) -> list[str]:
+    """The ``validation_tasks`` eligible train-split tasks right after the training tasks:
+    never trained on, never in the test split; settings are chosen on them."""
+    count = settings.train_tasks + settings.validation_tasks
+    ids = _eligible_train_ids(settings, count)[settings.train_tasks :]
+    if len(ids) < settings.validation_tasks:
+        raise ValueError(
+            f"{settings.env_id}: only {len(ids)} eligible train-split tasks after the "
+            f"{settings.train_tasks} training tasks, {settings.validation_tasks} asked"
+        )
+    return ids
 
 
 def rl_task_ids(settings: BenchSettings, train_ids: list[str]) -> list[str]:
@@ -229,9 +264,13 @@ def rl_task_ids(settings: BenchSettings, train_ids: list[str]) -> list[str]:
 
 
 def eval_task_ids(settings: BenchSettings) -> list[str]:
-    """Held-out test-split tasks: ``eval_per_family[f]`` of family ``f``, evenly spaced over
-    that family's eligible tasks (fixed, seed-independent)."""
+    """The tasks the arms are evaluated on: with ``eval_split="validation"`` the validation
+    tasks; else held-out test-split tasks, ``eval_per_family[f]`` of family ``f``, evenly
+    spaced over that family's eligible tasks (fixed, seed-independent)."""
     from agentenvs.registration import env_class
+
+    if settings.eval_split == "validation":
+        return validation_task_ids(settings)
 
     env = env_class(settings.env_id)()
     ids = env.task_ids("test")

@@ -38,6 +38,31 @@ __all__ = [
 ]
 
 
+TRAINING_METRICS = (
+    "rollout/success_rate",
+    "rollout/reward_mean",
+    "rollout/turns_mean",
+    "actor/skipped_steps",
+    "adv/abs_mean",
+    "adv/step_credit_abs_mean",
+    "adv/step_credit_nonzero_frac",
+    "adv/step_credit_flat_group_share",
+    "adv/zero_std_group_frac",
+    "adv/grouped_step_frac",
+    "adv/step_group_size_mean",
+    "adv/step_group_zero_spread_frac",
+    "adv/trees",
+    "adv/tree_nodes_per_tree",
+    "adv/tree_depth_max",
+    "adv/tree_branching",
+    "adv/tree_split_frac",
+)
+"""Per-iteration metrics of an RL unit kept in its ``result.json`` (``training``) and
+summarised per arm: training success, how often anchor states coincide, how much of the
+advantage is step credit, how many groups give no signal, and PTGPO's trees (None where an
+estimator does not report one)."""
+
+
 def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -309,8 +334,7 @@ def rl_stage(
         _finish(point, curve[str(stop)])
         eval_s += time.perf_counter() - clock
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    keep = ("rollout/success_rate", "rollout/reward_mean", "actor/skipped_steps")
-    training = {k: [m.get(k) for m in lines] for k in keep}
+    training = {k: [m.get(k) for m in lines] for k in TRAINING_METRICS}
     return _finish(
         run / "result.json",
         {

@@ -56,6 +56,7 @@ def test_learning_demo_runs_the_pipeline_on_held_out_tasks(tmp_path, capsys) -> 
     assert "1 seed on 3 tasks is a smoke run" in printed
     committed = json.loads(COMMITTED_BENCHMARK.read_text())
     assert "### The committed learning benchmark: TextCraft-v0" in printed
+    assert "### The committed learning benchmark: Sokoban-v0" in printed
     assert f"seeds {committed['settings']['seeds']}" in printed.split("is a smoke run")[1]
     # the bars move per SFT step, RL iteration and evaluation episode (3 tasks x 8 episodes)
     bars = captured.err

@@ -417,3 +417,77 @@ def _returns(episode, gamma):
         running = reward + gamma * running
         out.append(running)
     return out[::-1]
+
+
+# ----------------------------------------------------------------- diagnostics (metrics)
+
+
+def test_ptgpo_metrics_on_the_worked_example():
+    # roots: s0 (4 steps), s1 (3), s2 (2), s3 and s4 alone: 9 of 11 steps grouped
+    # trees (>= tau_expand 2 members): s0, s1, s2. Level 0 splits all three in two (a|g, b|e,
+    # c|d); level 1 splits s0/a (b|e) and s1/b (c|d); level 2 splits s0/a/b (c|d): 6 expanded
+    # nodes, 12 children, every expanded node split; 9 + 5 + 2 credited edges
+    metrics = run("ptgpo", AdvantageBatch.from_groups([WORKED_EXAMPLE]), gamma=1.0).metrics
+    assert metrics["adv/grouped_step_frac"] == pytest.approx(9 / 11)
+    assert metrics["adv/singleton_step_frac"] == pytest.approx(2 / 11)
+    assert metrics["adv/step_group_size_mean"] == pytest.approx(11 / 5)
+    assert metrics["adv/step_group_zero_spread_frac"] == 0.0
+    assert metrics["adv/zero_std_group_frac"] == 0.0 and metrics["adv/group_size_mean"] == 4.0
+    assert metrics["adv/trees"] == 3.0 and metrics["adv/tree_depth_max"] == 3.0
+    assert metrics["adv/tree_nodes"] == 12.0 and metrics["adv/tree_credits"] == 16.0
+    assert metrics["adv/tree_nodes_per_tree"] == 4.0
+    assert metrics["adv/tree_branching"] == 2.0 and metrics["adv/tree_split_frac"] == 1.0
+    # A^PT = A - A_episode: zero only at episode 3's t=2 (s3) and episode 4's t=1 (s4)
+    assert metrics["adv/step_credit_nonzero_frac"] == pytest.approx(9 / 11)
+    episode = [SQRT3 / 2, -SQRT3 / 2, -SQRT3 / 2, SQRT3 / 2]  # (R - 1/2) / sqrt(1/3)
+    tree = [a - e for row, e in zip(WORKED_EXAMPLE_ADVANTAGES, episode, strict=True) for a in row]
+    assert metrics["adv/step_credit_abs_mean"] == pytest.approx(
+        sum(abs(v) for v in tree) / 11, abs=1e-3
+    )
+
+
+def test_zero_spread_and_unsplit_trees_are_counted():
+    # group 0: two identical episodes (no reward spread, flat anchor groups, trees that never
+    # split); group 1: one shared step, then different actions and rewards
+    same = [("s", "a", 0.0), ("t", "b", 1.0)]
+    groups = [
+        [same, same],
+        [[("s", "a", 0.0), ("u", "c", 1.0)], [("s", "a", 0.0), ("v", "d", 0.0)]],
+    ]
+    batch = AdvantageBatch.from_groups(groups)
+    ptgpo = run("ptgpo", batch).metrics
+    assert ptgpo["adv/zero_std_group_frac"] == 0.5
+    # anchor groups of >= 2: (0, s), (0, t) flat; (1, s) returns gamma * 1 and 0: not flat
+    assert ptgpo["adv/step_group_zero_spread_frac"] == pytest.approx(2 / 3)
+    assert ptgpo["adv/grouped_step_frac"] == pytest.approx(6 / 8)
+    # trees: (0, s) -> a -> b: two unsplit nodes; (0, t) -> b: one; (1, s) -> a (unsplit) -> c|d
+    assert ptgpo["adv/trees"] == 3.0
+    assert ptgpo["adv/tree_nodes"] == 6.0  # a, a-b, b; a, a-c, a-d
+    assert ptgpo["adv/tree_branching"] == pytest.approx(6 / 5)
+    assert ptgpo["adv/tree_split_frac"] == pytest.approx(1 / 5)
+    # group 0 (flat rewards) has no step credit here: its trees never split, its anchor groups
+    # have equal returns; all of it is in group 1
+    assert ptgpo["adv/step_credit_flat_group_share"] == 0.0
+    gigpo = run("gigpo", batch).metrics
+    for key in ("adv/zero_std_group_frac", "adv/step_group_zero_spread_frac"):
+        assert gigpo[key] == ptgpo[key]
+    assert gigpo["adv/step_credit_flat_group_share"] == 0.0
+    assert "adv/trees" not in gigpo
+    grpo = run("grpo", batch).metrics  # anchors given: how often states coincide, for GRPO too
+    assert grpo["adv/grouped_step_frac"] == ptgpo["adv/grouped_step_frac"]
+    assert "adv/step_credit_abs_mean" not in grpo
+
+
+def test_step_credit_in_groups_without_reward_spread_is_counted():
+    # group 0: both episodes end with reward 0 but visit s at different steps: G differs by the
+    # step reward (-0.1 at t=0), so s's anchor group has a return spread and gets step credit;
+    # group 1: an outcome difference at a shared anchor
+    late = [("x", "w", -0.1), ("s", "a", 0.1)]
+    early = [("s", "b", 0.0), ("y", "c", 0.0)]
+    win, lose = [("s", "a", 1.0)], [("s", "b", 0.0)]
+    batch = AdvantageBatch.from_groups([[late, early], [win, lose]])
+    # gamma 1: group 0's R: 0 and 0 (flat); anchor s: G = 0.1 (late, t=1) and 0 (early, t=0)
+    metrics = run("gigpo", batch, gamma=1.0).metrics
+    # GiGPO mean-norm step credit: group 0 s: +-0.05 (2 rows), x, y alone: 0; group 1 s: +-0.5
+    assert metrics["adv/step_credit_flat_group_share"] == pytest.approx(0.1 / 1.1)
+    assert metrics["adv/step_credit_abs_mean"] == pytest.approx(1.1 / 6)
