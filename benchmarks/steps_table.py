@@ -233,6 +233,21 @@ def _ours(row: Row, measure: Measure, work: Workload, server: Server) -> None:
             lambda s, n=n: serve_speed.run_batch_through_server(work, server, n, s)))
 
 
+def _guarded(run: Callable[[float], Run], failed: list[str]) -> Callable[[float], Run]:
+    """``run``, or after its first failure nothing (the failure kept in ``failed``)."""
+
+    def guarded(seconds: float) -> Run:
+        if failed:
+            return 0, 0.0, None
+        try:
+            return run(seconds)
+        except Exception as exc:
+            failed.append(f"it failed: {type(exc).__name__}: {exc}"[:300])
+            return 0, 0.0, None
+
+    return guarded
+
+
 def _fill(row: Row, best: dict[str, Run], original_in_process: bool) -> None:
     rate = {name: _rate(run) for name, run in best.items()}
     row.in_process = rate.get("in_process")
@@ -266,8 +281,9 @@ def measure_row(
         handle = start_original()
     except Exception as exc:  # absent, or it cannot run here: the table says why
         row.original_note = f"not measured ({exc})"
+    failed: list[str] = []
     if handle is not None:
-        measure.add("original", handle.run)
+        measure.add("original", _guarded(handle.run, failed))
     server = Server(work.env_id, 1)
     try:
         serve_speed.run_batch_through_server(work, server, 1, 0.2)  # warm: imports, data
@@ -280,6 +296,8 @@ def measure_row(
         if handle is not None:
             handle.close()
     _fill(row, best, original_in_process)
+    if failed:
+        row.original_steps_per_s, row.original_note = None, f"not measured ({failed[0]})"
     return row
 
 

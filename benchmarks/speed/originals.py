@@ -29,6 +29,7 @@ import http.client
 import io
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -77,6 +78,8 @@ def stderr_tail(proc: subprocess.Popen, chars: int = 600) -> str:
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> Any:
+    if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+        conn.close()  # the server closed it while idle (uvicorn's keep-alive timeout): reopen
     conn.request("POST", path, json.dumps(body).encode(), {"content-type": "application/json"})
     response = conn.getresponse()
     payload = json.loads(response.read())
