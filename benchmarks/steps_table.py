@@ -28,6 +28,14 @@ and the recipes ADaPT reads), ``xlan156+verl-agent`` (its Sokoban), ``princeton-
 and ``venv/``, a virtual environment with their requirements, whose Python runs them (default:
 this Python). minigrid and alfworld are the packages installed here. An original that is absent
 or cannot run here is "not measured", with the reason; the table is made all the same.
+
+What the copies need beyond their code: the venv holds gymnasium and numpy (ADaPT), fastapi and
+uvicorn (AgentGym's server), gym 0.26, gym-sokoban, torch, transformers and matplotlib
+(verl-agent's Sokoban module imports them), and WebShop's requirements (flask, beautifulsoup4,
+cleantext, rank-bm25, thefuzz, rich, selenium, torch, spaCy with ``en_core_web_sm``, pyserini
+0.17 with a Java runtime); WebShop's copy needs its ``data/`` files (``items_shuffle_1000.json``,
+``items_ins_v2_1000.json``, ``items_human_ins.json``) and the Lucene index that its
+``search_engine/run_indexing.sh`` builds (``indexes_1k``).
 """
 
 from __future__ import annotations
@@ -502,6 +510,26 @@ ROWS: dict[str, Callable[[Context], list[Row]]] = {
 
 # ----- the table -------------------------------------------------------------------------------
 
+HOW_THE_ORIGINALS_RAN = (
+    "ADaPT's TextCraft: `TextCraft(minecraft_dir)` of its `TextCraft/env.py` with the recipes "
+    "of AgentGym's `agentenv_textcraft/recipes`; its `reset(seed=i)` is our `adapt/i` (its reset "
+    "builds the task's recipe set anew every time).",
+    "AgentGym's TextCraft server: `uvicorn agentenv_textcraft.server:app` as shipped (it prints "
+    "every request), `/create` once, then `/reset {id, data_idx}` and `/step {id, action}` from "
+    "one keep-alive `http.client` connection; `data_idx` i is our `agentgym/i`.",
+    "alfworld: textworld's `PddlEnv` in alfworld's `AlfredDemangler(shuffle=False)` and "
+    "`AlfredInfos`, as its `AlfredTWEnv` builds it, the game loaded once per round (not timed).",
+    "minigrid: `gymnasium.make(level).unwrapped`, `reset(seed)` and `step(primitive)`.",
+    "WebShop: `WebAgentTextEnv(observation_mode=\"text\", num_products=1000)` with its Lucene "
+    "index built by its `search_engine/` scripts (pyserini 0.17, Java 17) from the 1,000 "
+    "products, spaCy's `en_core_web_sm` for its reward, and Python's global generator seeded "
+    "with 233 before it loads (it draws prices and price ceilings unseeded); `reset(session=i)` "
+    "is our `synthetic/i`.",
+    "verl-agent's Sokoban: `SokobanEnv(\"tiny_rgb_array\", dim_room=(6, 6), num_boxes=1, "
+    "search_depth=30)`, whose `reset(seed=n)` generates our room `seed/n` anew every time; actions "
+    "1-4 for up, down, left, right.",
+)
+
 
 def _cell(value: float | None, base: float | None) -> str:
     if value is None:
@@ -529,6 +557,19 @@ def format_table(rows: list[Row]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
         notes += [f"- {row.env_id} ({row.workload.split(',')[0]}): {n}" for n in row.notes]
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _versions() -> str:
+    """The versions of the originals that are packages installed here."""
+    from importlib import metadata
+
+    found = []
+    for name in ("alfworld", "textworld", "minigrid"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return f"Installed here: {', '.join(found)}." if found else ""
 
 
 def measure(env_ids: list[str], seconds: float, originals: Path | None,
@@ -563,7 +604,10 @@ def main(argv: list[str] | None = None) -> int:
     table = format_table(rows) + (
         f"\n\nSteps per second (the ratio to ours in process); {seconds:g} s per measurement "
         f"in {ROUNDS} rounds, best round; load average {load[0]:.2f} at the start, "
-        f"{os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} cores).")
+        f"{os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} cores). Each original played "
+        "the same task and actions as ours, in a process of its own, and showed the same texts "
+        f"(checked before timing). {_versions()}\n\n"
+        + "\n".join(f"- {line}" for line in HOW_THE_ORIGINALS_RAN))
     report(table, args.out)
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
