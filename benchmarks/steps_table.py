@@ -542,7 +542,7 @@ def format_table(rows: list[Row]) -> str:
     lines = [
         "| env | workload | ours in process | HTTP, one step a request | "
         + " | ".join(f"step_batch, {n} episodes" for n in BATCH_EPISODES)
-        + " | original | original |",
+        + " | original | original's steps/s |",
         "|---" * (6 + len(BATCH_EPISODES)) + "|",
     ]
     notes = []
