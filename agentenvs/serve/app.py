@@ -23,7 +23,7 @@ from agentenvs import __version__
 from agentenvs.registration import ENVIRONMENTS
 from agentenvs.serve.errors import ServeError, error_for, internal_error, malformed
 from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
-from agentenvs.serve.native import add_native_routes
+from agentenvs.serve.native import BatchFastPath, add_native_routes
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import SessionStore
 from agentenvs.serve.settings import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
@@ -153,7 +153,8 @@ def build_app(
     app.router.on_startup.append(start_sweeper)
     app.router.on_shutdown.append(stop_sweeper)
     _install_error_handlers(app, service)
-    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    app.add_middleware(BatchFastPath, service=service)
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)  # the outer one: before the body is read
     return app
 
 

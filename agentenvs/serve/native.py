@@ -8,17 +8,22 @@ Every response carries ``env_id``, ``version`` and ``variant``; every error is
 ``step_batch`` and ``reset_batch`` run many sessions' steps (resets) in one request, in order:
 each result is what ``step`` (``reset``) answers for that item, with its HTTP status in
 ``status``; an item's error (malformed, unknown session, episode over, the environment's crash)
-stands in its place and the other items still run.
+stands in its place and the other items still run. A well-formed batch request is answered by
+:class:`BatchFastPath` ahead of FastAPI's routing and body validation (a batch of fast steps is
+a turn of a whole rollout, and those cost as much as the steps); every other request to the
+batch routes reaches the FastAPI routes below, which answer the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.message
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
@@ -27,7 +32,7 @@ from agentenvs.serve.errors import ServeError, error_for, internal_error, malfor
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import Session
 
-__all__ = ["MAX_BATCH_ITEMS", "PREFIX", "add_native_routes", "native_router"]
+__all__ = ["MAX_BATCH_ITEMS", "PREFIX", "BatchFastPath", "add_native_routes", "native_router"]
 
 PREFIX = "/agentenvs/v1"
 MAX_SEED = 2**63 - 1
@@ -95,7 +100,7 @@ def _reset_json(result: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"observation": observation, "info": info}
 
 
-def _step_item(raw: Any) -> tuple[Any, ...]:
+def _step_item(raw: Any) -> tuple[str, str]:
     """A step item's (session, action). A plain object of two strings passes without pydantic
     (every turn's path); anything else goes through :class:`StepBody`, which says what is
     wrong or accepts it."""
@@ -107,44 +112,62 @@ def _step_item(raw: Any) -> tuple[Any, ...]:
     return body.session, body.action
 
 
-def _reset_item(raw: Any) -> tuple[Any, ...]:
-    """A reset item's (session, task id, seed), checked by :class:`ResetBody`."""
+_RESET_KEYS = frozenset(ResetBody.model_fields)
+
+
+def _reset_item(raw: Any) -> tuple[str, str | None, int | None]:
+    """A reset item's (session, task id, seed). An object of those keys with values of their
+    types passes without pydantic; anything else goes through :class:`ResetBody`."""
+    if type(raw) is dict and raw.keys() <= _RESET_KEYS:
+        session, task_id, seed = raw.get("session"), raw.get("task_id"), raw.get("seed")
+        if (type(session) is str and (task_id is None or type(task_id) is str)
+                and (seed is None or (type(seed) is int and 0 <= seed <= MAX_SEED))):
+            return session, task_id, seed
     body = ResetBody.model_validate(raw)
     return body.session, body.task_id, body.seed
 
 
+def _batch_operations(service: EnvService) -> dict[str, tuple[str, Callable[[Any], dict]]]:
+    """Per batch route, its items' key and what one item answers (the single route's answer
+    with ``status`` 200 and the envelope; an item's problem raises)."""
+    get, envelope, step, reset = service.store.get, service.envelope, service.step, service.reset
+
+    def step_one(raw: Any) -> dict[str, Any]:
+        session_id, action = _step_item(raw)
+        session = get(session_id)
+        observation, reward, terminated, truncated, info = step(session, action)
+        return {"observation": observation, "reward": reward, "terminated": terminated,
+                "truncated": truncated, "info": info, "status": 200, **envelope(session)}
+
+    def reset_one(raw: Any) -> dict[str, Any]:
+        session_id, task_id, seed = _reset_item(raw)
+        session = get(session_id)
+        observation, info = reset(session, task_id, seed)
+        return {"observation": observation, "info": info, "status": 200, **envelope(session)}
+
+    return {"step_batch": ("steps", step_one), "reset_batch": ("resets", reset_one)}
+
+
 async def _run_batch(
-    service: EnvService,
-    items: list[Any],
-    parse: Callable[[Any], tuple[Any, ...]],
-    field: str,
-    operation: Callable[..., dict[str, Any]],
+    service: EnvService, items: list[Any], field: str, run_one: Callable[[Any], dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """``operation(session, *rest)`` for every item, ``(session id, *rest) = parse(item)``, in
-    order: each result is the single route's answer with its HTTP ``status``; an item's error is
-    the route's error answer in its place (see the module docstring). Every
-    :data:`YIELD_EVERY_S` the batch lets the server answer other requests (its health check: a
-    client tells a long batch from a hung server by asking it)."""
-    get = service.store.get
-    envelope = service.envelope
+    """``run_one(item)`` for every item, in order: each result is the single route's answer
+    with its HTTP ``status``; an item's error is the route's error answer in its place (see the
+    module docstring). Every :data:`YIELD_EVERY_S` the batch lets the server answer other
+    requests (its health check: a client tells a long batch from a hung server by asking it)."""
     clock = time.monotonic
     due = clock() + YIELD_EVERY_S
-    results = []
+    results: list[dict[str, Any]] = []
+    append = results.append
     for index, raw in enumerate(items):
         if clock() > due:
             await asyncio.sleep(0)
             due = clock() + YIELD_EVERY_S
         try:
-            session_id, *rest = parse(raw)
-            session = get(session_id)
-            payload = operation(session, *rest)
+            append(run_one(raw))
         except Exception as exc:  # this item's error only; the batch goes on
             error = _item_error(exc, (field, index))
-            results.append({"status": error.status, **error.to_json(), **envelope()})
-            continue
-        payload["status"] = 200
-        payload.update(envelope(session))
-        results.append(payload)
+            append({"status": error.status, **error.to_json(), **service.envelope()})
     return results
 
 
@@ -156,6 +179,91 @@ def _item_error(exc: Exception, where: tuple[str, int]) -> ServeError:
         return mapped
     log.exception("internal error in %s item %d", *where)
     return internal_error(exc)
+
+
+class BatchFastPath:
+    """ASGI middleware: answers ``POST /agentenvs/v1/step_batch`` (``reset_batch``) itself when
+    the body is what the route's model accepts in the plain form a client sends, ``{"steps":
+    [...]}`` with at most :data:`MAX_BATCH_ITEMS` items, as JSON (orjson parses it; a JSON
+    content type or none). Its answer is the route's: the same items run by the same code, the
+    same JSON, status and headers. Any other request, a malformed or unusual batch included,
+    goes on to ``app`` with its body, and FastAPI's route answers it (its 422s among them)."""
+
+    def __init__(self, app: Any, service: EnvService) -> None:
+        self.app = app
+        self.service = service
+        self.routes = {f"{PREFIX}/{name}": op for name, op in _batch_operations(service).items()}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None or scope["method"] != "POST" or not _json_body(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left: nobody to answer
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        field, run_one = route
+        items = _batch_items(body, field)
+        if items is None:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        results = await _run_batch(self.service, items, field, run_one)
+        payload = dumps({"results": results, **self.service.envelope()})
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-length", str(len(payload)).encode()),
+            (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _json_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether FastAPI reads a body with these headers as JSON (no content type, or a JSON one:
+    ``application/json`` or ``application/*+json``)."""
+    for name, value in headers:
+        if name == b"content-type":
+            if value == b"application/json":
+                return True
+            message = email.message.Message()
+            message["content-type"] = value.decode("latin-1")
+            subtype = message.get_content_subtype()
+            return message.get_content_maintype() == "application" and (
+                subtype == "json" or subtype.endswith("+json"))
+    return True
+
+
+def _batch_items(body: bytes, field: str) -> list[Any] | None:
+    """The items of a batch body ``{field: [...]}`` (at most :data:`MAX_BATCH_ITEMS`), or None
+    for anything else (then the route's validation answers)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(payload) is not dict or len(payload) != 1:
+        return None
+    items = payload.get(field)
+    if type(items) is not list or len(items) > MAX_BATCH_ITEMS:
+        return None
+    return items
+
+
+def _replay(body: bytes, receive: Any) -> Callable[[], Any]:
+    """An ASGI ``receive`` that hands over ``body`` (already read from ``receive``) once, and
+    then what ``receive`` says (the client's disconnect)."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def native_router(service: EnvService) -> APIRouter:
@@ -198,20 +306,16 @@ def add_native_routes(router: Any, service: EnvService) -> None:
         session = store.get(body.session)
         return reply(_step_json(service.step(session, body.action)), session)
 
+    batches = _batch_operations(service)
+
     @router.post(PREFIX + "/step_batch")
     async def step_batch(body: StepBatchBody) -> Response:
-        results = await _run_batch(
-            service, body.steps, _step_item, "steps",
-            lambda session, action: _step_json(service.step(session, action)),
-        )
+        results = await _run_batch(service, body.steps, *batches["step_batch"])
         return reply({"results": results})
 
     @router.post(PREFIX + "/reset_batch")
     async def reset_batch(body: ResetBatchBody) -> Response:
-        results = await _run_batch(
-            service, body.resets, _reset_item, "resets",
-            lambda session, task_id, seed: _reset_json(service.reset(session, task_id, seed)),
-        )
+        results = await _run_batch(service, body.resets, *batches["reset_batch"])
         return reply({"results": results})
 
     @router.post(PREFIX + "/snapshot")

@@ -68,12 +68,24 @@ class EnvService:
         self.api = api
         self.template, _ = store.make_env()  # the default variant; answers task listings
         self.default_variant = self.template.variant
+        self._envelope = {
+            "env_id": self.env_id, "version": self.version, "variant": self.default_variant
+        }
 
     # ----- envelope ----------------------------------------------------------------------------
 
     def envelope(self, session: Session | None = None) -> dict[str, Any]:
-        variant = session.variant if session is not None else self.default_variant
-        return {"env_id": self.env_id, "version": self.version, "variant": variant}
+        """``{env_id, version, variant}`` of every answer (the session's variant, else the
+        default one): made once per session (a variant is fixed when its environment is made)
+        and shared, so callers copy it into their payload and never change it."""
+        if session is None:
+            return self._envelope
+        envelope = session.envelope
+        if envelope is None:
+            envelope = session.envelope = {
+                "env_id": self.env_id, "version": self.version, "variant": session.variant
+            }
+        return envelope
 
     # ----- operations --------------------------------------------------------------------------
 
@@ -82,7 +94,13 @@ class EnvService:
     ) -> tuple[str, dict[str, Any]]:
         options = {"task_id": task_id} if task_id is not None else None
         with session.lock:
-            observation, info = _guard(lambda: session.env.reset(seed=seed, options=options))
+            try:  # _guard, inline: every episode's start
+                observation, info = session.env.reset(seed=seed, options=options)
+            except Exception as exc:
+                mapped = error_for(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
             session.actions = []
         return observation, info
 

@@ -48,6 +48,7 @@ class Session:
     actions: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     extra: dict[str, Any] = field(default_factory=dict)  # per-API state (e.g. AgentGym's)
+    envelope: dict[str, Any] | None = field(default=None, repr=False)  # set by the service
 
     @property
     def variant(self) -> dict[str, Any]:

@@ -55,14 +55,15 @@ from agentenvs.agents.envworkers.http_transport import (
     DEFAULT_START_TIMEOUT_S,
     GONE_STATUSES,
     DaemonThreads,
+    KeepAlive,
     _EnvError,
     _Refused,
     _ServerGone,
-    answer_json,
     check_health,
     import_httpx,
     item_error,
     normalize_server_url,
+    post_json,
     variant_kwargs,
 )
 from agentenvs.agents.envworkers.pool import (
@@ -74,7 +75,6 @@ from agentenvs.agents.envworkers.pool import (
 
 __all__ = ["HttpPool"]
 
-_JSON = {"content-type": "application/json"}
 
 
 class HttpPool(RemotePool):
@@ -113,6 +113,7 @@ class HttpPool(RemotePool):
             timeout=self._deadline(1),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
+        self._connections = KeepAlive(start_timeout_s)  # every request but health checks
         self._threads = DaemonThreads(64 * len(urls), "agentenvs-http-env")
         self.requests: Counter[str] = Counter()  # route -> requests sent
         self._counting = threading.Lock()
@@ -300,6 +301,7 @@ class HttpPool(RemotePool):
 
     def _close_transport(self) -> None:
         self._threads.shutdown()  # a request stuck on a hung server ends with its deadline
+        self._connections.close()
         self._client.close()
         self._local.close()
 
@@ -498,18 +500,11 @@ class HttpPool(RemotePool):
     ) -> dict[str, Any]:
         """``body`` to ``url``'s ``route``, a request of ``operations`` environment operations
         (its deadline: ``step_timeout_s`` each)."""
-        address = f"{url}{API_PREFIX}/{route}"
         content = self._dumps(body)
-        deadline = self._deadline(operations)
+        deadline = None if self.step_timeout_s is None else self.step_timeout_s * max(1, operations)
         with self._counting:
             self.requests[route] += 1
-        return answer_json(
-            self._httpx,
-            self.env_id,
-            url,
-            route,
-            lambda: self._client.post(address, content=content, headers=_JSON, timeout=deadline),
-        )
+        return post_json(self._connections, self.env_id, url, route, content, deadline)
 
     def _deadline(self, operations: int) -> Any:
         """The httpx timeout of a request of ``operations`` operations."""

@@ -1,6 +1,8 @@
 """Requests to ``agentenvs serve`` servers, shared by the http pool and :class:`HttpEnv`: server
-URLs, the start-up health check, the JSON answers sorted into what they mean, and the threads
-the requests run on.
+URLs, the start-up health check, the JSON answers sorted into what they mean, the threads the
+requests run on, and the keep-alive connections the pool's requests use (:class:`KeepAlive`:
+``http.client``, one connection per thread and server; a turn's batch costs the client little
+more than its JSON).
 
 Every request has a deadline. An answer is one of: the JSON body (2xx); :class:`_EnvError`, a
 4xx about the request (unknown task, episode over, a bad field); :class:`_ServerGone`, a dead
@@ -11,6 +13,9 @@ server (connection refused or reset, a 5xx, no answer in time) or a forgotten se
 from __future__ import annotations
 
 import concurrent.futures as cf
+import http.client
+import select
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -24,9 +29,11 @@ __all__ = [
     "DEFAULT_START_TIMEOUT_S",
     "GONE_STATUSES",
     "DaemonThreads",
+    "KeepAlive",
     "answer_json",
     "check_health",
     "normalize_server_url",
+    "post_json",
     "variant_kwargs",
 ]
 
@@ -91,28 +98,111 @@ def import_httpx() -> Any:
 
 
 def answer_json(httpx: Any, env_id: str, url: str, route: str, send: Any) -> dict[str, Any]:
-    """The JSON answer of ``send()`` (a request to ``url``'s ``route``), sorted as the module
-    docstring says."""
-    import orjson
-
+    """The JSON answer of ``send()`` (an httpx request to ``url``'s ``route``), sorted as the
+    module docstring says."""
     try:
         response = send()
     except httpx.TimeoutException as exc:
         raise _ServerGone(f"gave no answer to /{route} in time ({type(exc).__name__})") from None
     except httpx.TransportError as exc:
         raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
-    if response.status_code >= 500:
-        raise _ServerGone(f"failed: /{route} answered {response.status_code}")
+    return sort_answer(env_id, url, route, response.status_code, response.content)
+
+
+def post_json(
+    connections: KeepAlive,
+    env_id: str,
+    url: str,
+    route: str,
+    content: bytes,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """POST ``content`` (JSON) to ``url``'s ``route`` over ``connections``, waiting at most
+    ``timeout`` seconds for each part of the answer (None: for ever); the answer sorted as the
+    module docstring says."""
     try:
-        payload = orjson.loads(response.content)
+        status, body = connections.post(url, f"{API_PREFIX}/{route}", content, timeout)
+    except TimeoutError as exc:
+        raise _ServerGone(f"gave no answer to /{route} in time ({type(exc).__name__})") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
+    return sort_answer(env_id, url, route, status, body)
+
+
+def sort_answer(env_id: str, url: str, route: str, status: int, content: bytes) -> dict[str, Any]:
+    """The JSON body of an answer with ``status``, or the exception it stands for."""
+    import orjson
+
+    if status >= 500:
+        raise _ServerGone(f"failed: /{route} answered {status}")
+    try:
+        payload = orjson.loads(content)
     except orjson.JSONDecodeError:
         raise _Refused(
-            f"{url} answered /{route} with {response.status_code} and no JSON: is it an "
+            f"{url} answered /{route} with {status} and no JSON: is it an "
             f"agentenvs server? Start one with `{serve_command(env_id, url)}`"
         ) from None
-    if response.status_code >= 400:
-        raise item_error(response.status_code, payload, route)
+    if status >= 400:
+        raise item_error(status, payload, route)
     return payload
+
+
+class KeepAlive:
+    """POST requests over keep-alive HTTP/1.1 connections of the standard library's
+    ``http.client``, one per thread and server: a thread's requests to a server reuse its
+    connection (the pool's requests run on its daemon threads). A connection the server closed
+    while it was idle (uvicorn closes idle ones after its keep-alive timeout) is noticed before
+    it is used again, and replaced; a request is never sent twice."""
+
+    _HEADERS = {"content-type": "application/json"}
+
+    def __init__(self, connect_timeout: float) -> None:
+        self.connect_timeout = connect_timeout
+        self._local = threading.local()
+        self._all: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def post(self, url: str, path: str, content: bytes, timeout: float | None) -> tuple[int, bytes]:
+        """(status, body) of ``POST url+path``; the socket's own errors (``TimeoutError``, other
+        ``OSError``) and ``http.client``'s go to the caller, the connection closed."""
+        conn = self._connection(url)
+        try:
+            if conn.sock is None:
+                conn.connect()  # within connect_timeout
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.sock.settimeout(timeout)
+            conn.request("POST", path, content, self._HEADERS)
+            response = conn.getresponse()
+            body = response.read()
+        except BaseException:
+            conn.close()
+            raise
+        if response.will_close:
+            conn.close()
+        return response.status, body
+
+    def close(self) -> None:
+        """Close every connection (a request still running on one fails)."""
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+
+    def _connection(self, url: str) -> http.client.HTTPConnection:
+        conns: dict[str, http.client.HTTPConnection] | None = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(url)
+        if conn is None:
+            parts = urlsplit(url)
+            kind = (http.client.HTTPSConnection if parts.scheme == "https"
+                    else http.client.HTTPConnection)
+            conn = conns[url] = kind(parts.hostname, parts.port, timeout=self.connect_timeout)
+            with self._lock:
+                self._all.append(conn)
+        elif conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            conn.close()  # readable while idle: the server closed it (or sent what none asked)
+        return conn
 
 
 def item_error(status: int, payload: Any, route: str) -> Exception:

@@ -187,3 +187,98 @@ def test_the_batch_routes_are_on_the_openenv_api_too() -> None:
         resets = c.batch("/reset_batch", "resets", [{"session": sid, "task_id": "agentgym/1"}])
         steps = c.batch("/step_batch", "steps", [{"session": sid, "action": "inventory"}])
     assert resets[0][0] == steps[0][0] == 200 and steps[0][1]["info"]["turn"] == 1
+
+
+def _asgi_post(app: object, path: str, body: bytes, content_type: bytes | None) -> tuple:
+    """One POST through an ASGI app, no socket: (status, headers, body)."""
+    import asyncio
+
+    headers = [(b"host", b"test"), (b"content-length", str(len(body)).encode())]
+    if content_type is not None:
+        headers.append((b"content-type", content_type))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "root_path": "", "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = sent[0]
+    return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_fast_path_answers_a_plain_batch_and_passes_on_the_rest() -> None:
+    """BatchFastPath answers a plain batch itself; every other request (another route, another
+    method, a body the route's model would judge) reaches the app behind it, body intact."""
+    import orjson
+
+    from agentenvs.serve.native import BatchFastPath
+
+    service = build_app(TC).state.service
+    passed: list[tuple[str, bytes]] = []
+
+    async def behind(scope: dict, receive: object, send: object) -> None:
+        message = await receive()  # type: ignore[operator]
+        passed.append((scope["path"], message["body"]))
+        await send({"type": "http.response.start", "status": 299, "headers": []})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b""})  # type: ignore[operator]
+
+    fast = BatchFastPath(behind, service)
+    sid = service.store.create().id
+    service.reset(service.store.get(sid), "agentgym/1")
+    plain = orjson.dumps({"steps": [{"session": sid, "action": "inventory"}]})
+    status, headers, body = _asgi_post(fast, V1 + "/step_batch", plain, b"application/json")
+    assert status == 200 and passed == [] and headers[b"content-type"] == b"application/json"
+    assert orjson.loads(body)["results"][0]["info"]["turn"] == 1
+    assert _asgi_post(fast, V1 + "/reset_batch", b'{"resets": []}', None)[0] == 200
+    others = [
+        (V1 + "/step_batch", b'{"steps": [], "extra": 1}', b"application/json"),
+        (V1 + "/step_batch", b'{"steps": {}}', b"application/json"),
+        (V1 + "/step_batch", b"\xef\xbb\xbf" + plain, b"application/json"),  # a BOM: json's
+        (V1 + "/step_batch", plain, b"text/plain"),
+        (V1 + "/reset_batch", b'{"steps": []}', b"application/json"),
+        (V1 + "/step", plain, b"application/json"),
+        (V1 + "/step_batch", b"[" * 10, b"application/json"),
+    ]
+    for path, raw, content_type in others:
+        assert _asgi_post(fast, path, raw, content_type)[0] == 299
+    assert passed == [(path, raw) for path, raw, _ in others]
+    too_many = orjson.dumps({"steps": [{}] * (MAX_BATCH_ITEMS + 1)})
+    assert _asgi_post(fast, V1 + "/step_batch", too_many, b"application/json")[0] == 299
+
+
+def test_the_fast_path_answers_byte_for_byte_what_the_route_answers() -> None:
+    """The same steps in two sessions at the same state, one batch through the fast path and
+    one through FastAPI's route (a body with a BOM, which only the route's ``json`` reads):
+    the same bytes, errors included."""
+    import orjson
+
+    app = build_app(TC)
+    service = app.state.service
+    a, b = service.store.create().id, service.store.create().id
+    for sid in (a, b):
+        service.reset(service.store.get(sid), "agentgym/3")
+    actions = ["inventory", "get 1 oak log", "craft 4 oak planks using 1 oak log", "jump"]
+    for action in actions + ["x" * (env_class(TC).max_action_length + 1)]:
+        answers = []
+        for sid, prefix in ((a, b""), (b, b"\xef\xbb\xbf")):
+            items = [{"session": sid, "action": action}, {"session": "nope", "action": action},
+                     {"session": sid}]
+            body = prefix + orjson.dumps({"steps": items})
+            answers.append(_asgi_post(app, V1 + "/step_batch", body, b"application/json"))
+        assert answers[0] == answers[1]
+        assert [r["status"] for r in orjson.loads(answers[0][2])["results"]] in (
+            [200, 404, 422], [413, 404, 422])
+    resets = []
+    for sid, prefix in ((a, b""), (b, b"\xef\xbb\xbf")):
+        body = prefix + orjson.dumps({"resets": [{"session": sid, "task_id": "agentgym/4"},
+                                                 {"session": sid, "seed": -1}]})
+        resets.append(_asgi_post(app, V1 + "/reset_batch", body, b"application/json"))
+    assert resets[0] == resets[1]
