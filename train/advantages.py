@@ -68,6 +68,13 @@ from agentenvs.train._groups import (
     group_standardize,
     group_std,
 )
+from agentenvs.train.advantage_metrics import (
+    TreeCounts,
+    anchor_metrics,
+    flat_groups,
+    group_metrics,
+    step_credit_metrics,
+)
 from agentenvs.train.reference_advantages import (
     Step,
     gigpo_advantages,
@@ -358,9 +365,9 @@ def _outcome_advantage(
     episode_adv = group_standardize(
         episode_reward, lay.episode_group, lay.n_groups, eps=config.eps, use_std=use_std
     )
-    metrics = _episode_metrics(lay, episode_reward)
+    metrics = group_metrics(episode_reward, lay.episode_group, lay.n_groups)
     if batch.anchors is not None:  # how often states coincide, though GRPO does not use it
-        metrics.update(_anchor_metrics(*lay.anchor_groups(batch)))
+        metrics.update(anchor_metrics(*lay.anchor_groups(batch)))
     advantages = episode_adv[lay.row_episode]
     return _result(batch, advantages, episode_reward[lay.row_episode], metrics)
 
@@ -375,9 +382,15 @@ def gigpo_advantage(batch: AdvantageBatch, config: GiGPOConfig) -> AdvantageResu
     roots, n_roots = lay.anchor_groups(batch)
     step_adv = group_standardize(returns, roots, n_roots, eps=config.eps, use_std=use_std)
     advantages = episode_adv[lay.row_episode] + config.step_weight * step_adv
-    metrics = _episode_metrics(lay, lay.episode_rewards(batch))
-    metrics.update(_anchor_metrics(roots, n_roots, returns))
-    metrics.update(_step_credit_metrics(lay, batch, config.step_weight * step_adv))
+    metrics = group_metrics(lay.episode_rewards(batch), lay.episode_group, lay.n_groups)
+    metrics.update(anchor_metrics(roots, n_roots, returns))
+    metrics.update(
+        step_credit_metrics(
+            config.step_weight * step_adv,
+            flat_group=flat_groups(lay.episode_rewards(batch), lay.episode_group, lay.n_groups),
+            row_group=lay.row_group,
+        )
+    )
     return _result(batch, advantages, returns, metrics)
 
 
@@ -393,36 +406,18 @@ def ptgpo_advantage(batch: AdvantageBatch, config: PTGPOConfig) -> AdvantageResu
         lay, returns, roots, n_roots, action_codes, n_actions, config
     )
     advantages = episode_adv[lay.row_episode] + config.step_weight * tree_credit
-    metrics = _episode_metrics(lay, lay.episode_rewards(batch))
-    metrics.update(_anchor_metrics(roots, n_roots, returns))
+    metrics = group_metrics(lay.episode_rewards(batch), lay.episode_group, lay.n_groups)
+    metrics.update(anchor_metrics(roots, n_roots, returns))
     metrics.update(tree.metrics())
-    metrics.update(_step_credit_metrics(lay, batch, config.step_weight * tree_credit))
+    metrics.update(
+        step_credit_metrics(
+            config.step_weight * tree_credit,
+            flat_group=flat_groups(lay.episode_rewards(batch), lay.episode_group, lay.n_groups),
+            row_group=lay.row_group,
+        )
+    )
     metrics["adv/step_credit_nonzero_frac"] = float((tree_credit != 0).mean())
     return _result(batch, advantages, returns, metrics)
-
-
-@dataclass
-class _TreeCounts:
-    """What the prefix trees of one batch looked like (the ``adv/tree_*`` metrics)."""
-
-    trees: int = 0  # roots with at least tau_expand members (the trees that expand)
-    depth: int = 0  # deepest level reached
-    expanded: int = 0  # nodes that were split by their members' next action
-    split: int = 0  # expanded nodes with at least two children (where a credit can be non-0)
-    nodes: int = 0  # child nodes made
-    credits: int = 0  # (start, depth) edges credited
-
-    def metrics(self) -> dict[str, float]:
-        """``adv/tree_*``: counts per batch, branching = children per expanded node."""
-        return {
-            "adv/trees": float(self.trees),
-            "adv/tree_depth_max": float(self.depth),
-            "adv/tree_nodes": float(self.nodes),
-            "adv/tree_credits": float(self.credits),
-            "adv/tree_nodes_per_tree": self.nodes / self.trees if self.trees else 0.0,
-            "adv/tree_branching": self.nodes / self.expanded if self.expanded else 0.0,
-            "adv/tree_split_frac": self.split / self.expanded if self.expanded else 0.0,
-        }
 
 
 def _prefix_tree_credits(
@@ -433,7 +428,7 @@ def _prefix_tree_credits(
     action_codes: np.ndarray,
     n_actions: int,
     config: PTGPOConfig,
-) -> tuple[np.ndarray, _TreeCounts]:
+) -> tuple[np.ndarray, TreeCounts]:
     """A^PT per row (B,) and the trees' counts (depth reached, nodes, branching, credits).
 
     Level d holds the members (i, t) still on an expanded path, each with its node at depth d.
@@ -453,7 +448,7 @@ def _prefix_tree_credits(
     action_at = np.full(lay.rows.shape, -1, dtype=np.int64)
     action_at[lay.row_episode, lay.row_step] = action_codes
     credit = np.zeros(lay.rows.shape)
-    tree = _TreeCounts(trees=int((count >= config.tau_expand).sum()))
+    tree = TreeCounts(trees=int((count >= config.tau_expand).sum()))
     while config.max_depth is None or tree.depth < config.max_depth:
         position = member_start + tree.depth
         keep = (count[node] >= config.tau_expand) & (position < lay.lengths[member_episode])
@@ -566,76 +561,3 @@ def _result(
         returns=torch.as_tensor(returns, dtype=dtype, device=device),
         metrics=metrics,
     )
-
-
-def _episode_metrics(lay: _EpisodeLayout, episode_reward: np.ndarray) -> dict[str, float]:
-    """Task groups: the share whose episodes' rewards are all equal (no episode-level signal)
-    and the mean number of episodes a group."""
-    return {
-        "adv/zero_std_group_frac": _zero_spread_fraction(
-            episode_reward, lay.episode_group, lay.n_groups
-        ),
-        "adv/group_size_mean": float(len(lay.lengths) / lay.n_groups),
-    }
-
-
-def _step_credit_metrics(
-    lay: _EpisodeLayout, batch: AdvantageBatch, credit: np.ndarray
-) -> dict[str, float]:
-    """Mean |step credit| (the part of A beyond the episode's outcome advantage) and the share
-    of it on rows of task groups whose episodes all earned the same reward, where no outcome
-    differs (what credit there is comes from step rewards and timing alone)."""
-    magnitude = np.abs(credit)
-    rewards = lay.episode_rewards(batch)
-    high = np.full(lay.n_groups, -np.inf)
-    low = np.full(lay.n_groups, np.inf)
-    np.maximum.at(high, lay.episode_group, rewards)
-    np.minimum.at(low, lay.episode_group, rewards)
-    flat_row = (high == low)[lay.row_group]
-    total = float(magnitude.sum())
-    return {
-        "adv/step_credit_abs_mean": float(magnitude.mean()) if len(magnitude) else 0.0,
-        "adv/step_credit_flat_group_share": float(magnitude[flat_row].sum()) / total
-        if total
-        else 0.0,
-    }
-
-
-def _anchor_metrics(
-    roots: np.ndarray, n_roots: int, returns: np.ndarray | None = None
-) -> dict[str, float]:
-    """Anchor-state groups: mean size, the share of steps alone in theirs (singleton) or in one
-    of >= 2 (grouped); with ``returns``, the share of groups of >= 2 whose returns G are all
-    equal (no step-level signal there)."""
-    if not len(roots):
-        return {}
-    sizes = np.bincount(roots, minlength=n_roots)
-    metrics = {
-        "adv/step_group_size_mean": float(sizes.mean()),
-        "adv/singleton_step_frac": float((sizes[roots] == 1).mean()),
-        "adv/grouped_step_frac": float((sizes[roots] >= 2).mean()),
-    }
-    if returns is not None:
-        shared = sizes >= 2
-        flat = np.zeros(n_roots, dtype=bool)
-        if shared.any():
-            high = np.full(n_roots, -np.inf)
-            low = np.full(n_roots, np.inf)
-            np.maximum.at(high, roots, returns)
-            np.minimum.at(low, roots, returns)
-            flat = shared & (high == low)
-        metrics["adv/step_group_zero_spread_frac"] = (
-            float(flat.sum() / shared.sum()) if shared.any() else 0.0
-        )
-    return metrics
-
-
-def _zero_spread_fraction(values: np.ndarray, groups: np.ndarray, n_groups: int) -> float:
-    """Fraction of groups whose values are all equal (no GRPO signal)."""
-    if not n_groups:
-        return 0.0
-    high = np.full(n_groups, -np.inf)
-    low = np.full(n_groups, np.inf)
-    np.maximum.at(high, groups, values)
-    np.minimum.at(low, groups, values)
-    return float((high == low).mean())
