@@ -131,13 +131,7 @@ def _adapt_textcraft(setup: dict) -> tuple[Callable[[], list], Callable[[], None
     env = TextCraft(minecraft_dir=setup["minecraft_dir"])
     seed, actions = setup["seed"], setup["actions"]
 
-    def play() -> list:
-        trace = [_timed(lambda: env.reset(seed=seed))[0]]
-        for action in actions:
-            trace.append(env.step(action)[0])
-        return trace
-
-    return play, lambda: None
+    return _observations_of(lambda: env.reset(seed=seed), env.step, actions), lambda: None
 
 
 def _agentgym_textcraft(setup: dict) -> tuple[Callable[[], list], Callable[[], None]]:
@@ -213,13 +207,7 @@ def _verl_agent_sokoban(setup: dict) -> tuple[Callable[[], list], Callable[[], N
                      search_depth=setup["search_depth"])
     seed, actions = setup["seed"], setup["actions"]
 
-    def play() -> list:
-        trace = [_timed(lambda: env.reset(seed=seed))[0]]
-        for action in actions:
-            trace.append(env.step(action)[0])
-        return trace
-
-    return play, lambda: None
+    return _observations_of(lambda: env.reset(seed=seed), env.step, actions), lambda: None
 
 
 def _webshop_text(setup: dict) -> tuple[Callable[[], list], Callable[[], None]]:
@@ -236,13 +224,7 @@ def _webshop_text(setup: dict) -> tuple[Callable[[], list], Callable[[], None]]:
     env = WebAgentTextEnv(observation_mode="text", num_products=1000)
     session, actions = setup["session"], setup["actions"]
 
-    def play() -> list:
-        trace = [_timed(lambda: env.reset(session=session))[0]]
-        for action in actions:
-            trace.append(env.step(action)[0])
-        return trace
-
-    return play, env.close
+    return _observations_of(lambda: env.reset(session=session), env.step, actions), env.close
 
 
 ORIGINALS: dict[str, Callable[[dict], tuple[Callable[[], list], Callable[[], None]]]] = {
@@ -275,6 +257,21 @@ def _timed(reset: Callable[[], Any]) -> Any:
         return reset()
     finally:
         _RESETS[0] += time.perf_counter() - start
+
+
+def _observations_of(
+    reset: Callable[[], tuple], step: Callable[[str], tuple], actions: list[str]
+) -> Callable[[], list]:
+    """An episode player for an original whose reset and step return the observation first:
+    reset (timed apart), then every action; the observations, for the text check."""
+
+    def play() -> list:
+        trace = [_timed(reset)[0]]
+        for action in actions:
+            trace.append(step(action)[0])
+        return trace
+
+    return play
 
 
 def _serve() -> None:
