@@ -28,6 +28,7 @@ from agentenvs.agents.envworkers.http_transport import (
     _Refused,
     _ServerGone,
     answer_json,
+    step_tuple,
     variant_kwargs,
 )
 from agentenvs.agents.envworkers.pool import DEFAULT_ENV_TIMEOUT_S, EnvWorkerError
@@ -132,13 +133,7 @@ class HttpEnv:
         self.observation = answer["observation"]
         self.turn += 1
         self.done = bool(answer["terminated"] or answer["truncated"])
-        return (
-            answer["observation"],
-            answer["reward"],
-            answer["terminated"],
-            answer["truncated"],
-            answer["info"],
-        )
+        return step_tuple(answer)
 
     def snapshot(self) -> RemoteSnapshot:
         token = self._call("snapshot", {})["snapshot"]

@@ -64,6 +64,7 @@ from agentenvs.agents.envworkers.http_transport import (
     item_error,
     normalize_server_url,
     post_json,
+    step_tuple,
     variant_kwargs,
 )
 from agentenvs.agents.envworkers.pool import (
@@ -317,7 +318,7 @@ class HttpPool(RemotePool):
             steps.append({"session": held[1], "action": action})
         answers = self._post(url, "step_batch", {"steps": steps}, len(items))["results"]
         return [
-            _step_tuple(a) if a["status"] == 200 else self._item_failure(url, "step_batch", a)
+            step_tuple(a) if a["status"] == 200 else self._item_failure(url, "step_batch", a)
             for a in answers
         ]
 
@@ -411,7 +412,7 @@ class HttpPool(RemotePool):
         return reached, info
 
     def _step(self, url: str, slot: int, action: str) -> tuple:
-        return _step_tuple(self._call_session(url, slot, "step", {"action": action}, False))
+        return step_tuple(self._call_session(url, slot, "step", {"action": action}, False))
 
     def _replay_on(self, url: str, operations: list[tuple[str, tuple]]) -> list[Any]:
         """A slot's episode (its reset, then steps) on ``url``, in a new session; one result per
@@ -442,7 +443,7 @@ class HttpPool(RemotePool):
                 return [self._apply(url, o, i) for o, i in operations]
         else:
             reached = (body["reset"]["observation"], body["reset"]["info"])
-        return [reached, *(_step_tuple(step) for step in steps[len(prefix) :])]
+        return [reached, *(step_tuple(step) for step in steps[len(prefix) :])]
 
     # ----- requests ------------------------------------------------------------------------------
 
@@ -567,17 +568,6 @@ class HttpPool(RemotePool):
 def _plain_reset(op: str, item: tuple) -> bool:
     """Whether ``item`` is a reset at the task's start (no cut state to replay)."""
     return op == "reset" and (len(item) == 2 or (not item[2] and item[3] is None))
-
-
-def _step_tuple(answer: dict[str, Any]) -> tuple:
-    """Gymnasium's step tuple of a step answer."""
-    return (
-        answer["observation"],
-        answer["reward"],
-        answer["terminated"],
-        answer["truncated"],
-        answer["info"],
-    )
 
 
 def _comparable(result: Any) -> tuple:

@@ -34,6 +34,7 @@ __all__ = [
     "check_health",
     "normalize_server_url",
     "post_json",
+    "step_tuple",
     "variant_kwargs",
 ]
 
@@ -319,3 +320,14 @@ class DaemonThreads:
                 future.set_result(fn(*args))
             except BaseException as exc:  # the caller's future carries it
                 future.set_exception(exc)
+
+
+def step_tuple(answer: dict[str, Any]) -> tuple:
+    """Gymnasium's step tuple of a ``/step`` answer."""
+    return (
+        answer["observation"],
+        answer["reward"],
+        answer["terminated"],
+        answer["truncated"],
+        answer["info"],
+    )
