@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -53,6 +52,7 @@ from agentenvs.agents.rollout import (
     run_rollouts,
 )
 from agentenvs.agents.tiny_model import build_tiny_model
+from agentenvs.benchmarks.machine import cpu_model
 from agentenvs.benchmarks.timing import SpeedRow, format_table, report
 from agentenvs.registration import make
 
@@ -315,14 +315,7 @@ def write_doc(path: Path, text: str) -> None:
 
 def _machine() -> str:
     """The CPU's model name, core count and load average, for the page."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
+    name = cpu_model()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return f"{name}, {os.cpu_count()} cores, load average {load}"
 

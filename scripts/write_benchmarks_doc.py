@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from agentenvs.benchmarks.machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "benchmarks.md"
 # name -> (what it measures, extra arguments)
@@ -48,15 +50,6 @@ HEADER = [
 _SECTION = re.compile(r"^## (\w+): ", re.MULTILINE)
 _STAMP = "- measured: "
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def commit() -> str:

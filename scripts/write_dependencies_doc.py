@@ -27,6 +27,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from agentenvs.benchmarks.machine import cpu_model
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -146,15 +148,6 @@ def newest_allowed(held: Held, newest_release: str) -> str:
     except ValueError:
         return "-"
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_line() -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.benchmarks.eval.metrics import pass_at_k
+from agentenvs.benchmarks.machine import cpu_model
 
 __all__ = [
     "DIAGNOSTIC_LABELS",
@@ -195,16 +196,8 @@ def machine(threads: int) -> dict[str, Any]:
     """What decides bit-for-bit reproduction: CPU model, torch version, threads, platform."""
     import torch
 
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu_model": cpu,
+        "cpu_model": cpu_model(),
         "torch_version": torch.__version__,
         "torch_threads": threads,
         "python": platform.python_version(),

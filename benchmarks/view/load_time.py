@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentenvs.benchmarks.machine import cpu_model
+
 __all__ = ["OPENS", "TARGET_OPEN_S", "build_run", "main", "measure_page"]
 
 TARGET_OPEN_S = 2.0  # a 10,000-episode run opens in under 2 s (what a person waits for)
@@ -124,16 +126,8 @@ def _serve(run: Path) -> tuple[subprocess.Popen, str, float]:
 
 
 def _machine(browser_version: str) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu_model": cpu,
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
