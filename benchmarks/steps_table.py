@@ -379,23 +379,13 @@ def sokoban_rows(ctx: Context) -> list[Row]:
 def _primitives(work: Workload) -> tuple[str, int, list[int]]:
     """(minigrid id, seed, the primitive actions) that our text actions of ``work`` run."""
     from agentenvs.babyai import BabyAITextEnv
+    from agentenvs.benchmarks.speed.babyai import logged_primitives
 
     env = BabyAITextEnv(max_turns=BIG_BUDGET)
     env.reset(options={"task_id": work.task_id})
-    mg = env.minigrid
-    step = type(mg).step
-    ran: list[int] = []
-
-    def logged(action: int) -> object:
-        ran.append(int(action))
-        return step(mg, action)
-
-    mg.step = logged
-    try:
+    with logged_primitives(env) as ran:
         for action in work.actions:
             env.step(action)
-    finally:
-        del mg.step
     level, seed = env._level_of(work.task_id)
     return level.minigrid_id, seed, ran
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+from collections.abc import Iterator
 
 from agentenvs.babyai import BabyAITextEnv
 from agentenvs.babyai.expert import BabyAIExpert
 from agentenvs.babyai.text import LEFT, RIGHT
 from agentenvs.benchmarks.timing import SpeedRow, per_call
 
-__all__ = ["STEP_OVERHEAD_TARGET", "TASK_ID", "bench"]
+__all__ = ["STEP_OVERHEAD_TARGET", "TASK_ID", "bench", "logged_primitives"]
 
 ENV_ID = "BabyAI-Text-v0"
 TASK_ID = "agentgym/1804"  # GoToLocalS8N7, seed 45: a test task with seven objects in view
@@ -69,13 +70,26 @@ def _step_row(budget: float) -> SpeedRow:
 
 
 def _text_walk(env: BabyAITextEnv, task_id: str, seed: int) -> tuple[float, list[int]]:
-    """Seconds of a random admissible-action walk and the primitives it ran (logged through an
-    instance attribute over minigrid's ``step``, removed after)."""
+    """Seconds of a random admissible-action walk and the primitives it ran."""
     import random
     import time
 
     rng = random.Random(seed)
     env.reset(options={"task_id": task_id})
+    with logged_primitives(env) as ran:
+        start = time.perf_counter()
+        for _ in range(WALK_ACTIONS):
+            if env.done:
+                break
+            env.step(rng.choice(env.admissible_actions()))
+        seconds = time.perf_counter() - start
+    return seconds, ran
+
+
+@contextlib.contextmanager
+def logged_primitives(env: BabyAITextEnv) -> Iterator[list[int]]:
+    """The primitive actions minigrid runs while the block steps ``env`` (logged through an
+    instance attribute over minigrid's ``step``, removed after)."""
     mg = env.minigrid
     step = type(mg).step
     ran: list[int] = []
@@ -86,15 +100,9 @@ def _text_walk(env: BabyAITextEnv, task_id: str, seed: int) -> tuple[float, list
 
     mg.step = logged
     try:
-        start = time.perf_counter()
-        for _ in range(WALK_ACTIONS):
-            if env.done:
-                break
-            env.step(rng.choice(env.admissible_actions()))
-        seconds = time.perf_counter() - start
+        yield ran
     finally:
         del mg.step
-    return seconds, ran
 
 
 def _walk_row(quick: bool) -> SpeedRow:
