@@ -236,8 +236,10 @@ def committed_benchmark(path: Path = COMMITTED_BENCHMARK) -> str | None:
         return None
     text = learning_summary(json.loads(path.read_text()), diagnostics=False)
     text = text.replace("# Learning benchmark:", "### The committed learning benchmark:", 1)
-    text = text.replace("wall time of this invocation", "wall time of that run", 1)
-    return f"{text}\n(from {path}; how it was run: {path.parent / 'README.md'})"
+    text = text.replace(
+        "wall time of this invocation", "wall time of the invocation that wrote it", 1
+    )
+    return f"{text}\n(from {path}; how it was run: {COMMITTED_BENCHMARK.parent / 'README.md'})"
 
 
 def format_summary(rows: list[DemoRow]) -> str:

@@ -4,9 +4,11 @@ learning stage, which says what one seed can and cannot show."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from agentenvs.benchmarks.demo import (
     COMMITTED_BENCHMARK,
+    COMMITTED_BENCHMARKS,
     available_envs,
     committed_benchmark,
     format_summary,
@@ -82,3 +84,11 @@ def test_learning_verdict_weighs_the_difference_against_its_standard_error(tmp_p
     summary["settings"]["seeds"] = [0, 1, 2]
     assert "smoke run" not in learning_verdict(summary)
     assert committed_benchmark(tmp_path / "absent.json") is None
+
+
+def test_committed_tables_name_files_that_exist() -> None:
+    for path in COMMITTED_BENCHMARKS:
+        text = committed_benchmark(path)
+        assert text is not None and "| ptgpo |" in text
+        source, how = text.rsplit("\n", 1)[1].strip("()").split("; how it was run: ")
+        assert source == f"from {path}" and Path(how).is_file()
