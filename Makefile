@@ -41,17 +41,17 @@ demo: $(STAMP)
 	$(PY) -m agentenvs.benchmarks.demo
 
 bench: $(STAMP)
-	$(PY) -m agentenvs.benchmarks.env_speed
+	$(PY) -m agentenvs.benchmarks.speed.envs
 
 rollout-speed: $(STAMP)
-	$(PY) -m agentenvs.benchmarks.rollout_speed --threads 1
+	$(PY) -m agentenvs.benchmarks.speed.rollout --threads 1
 
 # the learning benchmark: held-out tasks, 3 seeds, every arm; two units at a time (2 cores);
 # resumable: a rerun skips every finished (arm, seed) (docs/learning-check/README.md)
 learning-check: $(STAMP)
-	$(PY) -m agentenvs.benchmarks.learning_check --preset textcraft --jobs 2 \
+	$(PY) -m agentenvs.benchmarks.learning.check --preset textcraft --jobs 2 \
 		--out results/learning/textcraft --publish docs/learning-check
-	$(PY) -m agentenvs.benchmarks.learning_check --preset sokoban --jobs 2 \
+	$(PY) -m agentenvs.benchmarks.learning.check --preset sokoban --jobs 2 \
 		--out results/learning/sokoban --publish docs/learning-check/sokoban
 
 # the GPU path in one command (one CUDA GPU, under 8 minutes; docs/gpu-check.md)

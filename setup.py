@@ -23,14 +23,25 @@ def namespace_packages() -> list[str]:
     names = []
     for name, folder in FOLDERS.items():
         names.append(name)
-        names += [f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["*__pycache__*"])]
+        names += [
+            f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["*__pycache__*"])
+        ]
     return sorted(names)
 
 
 # Data files that ship inside the packages (environment data, templates, the kernel source, the
 # viewer's page).
 PACKAGE_DATA = [
-    "*.json", "*.json.gz", "*.tar.gz", "*.txt", "*.html", "*.j2", "*.md", "*.c", "*.yaml", "*.js",
+    "*.json",
+    "*.json.gz",
+    "*.tar.gz",
+    "*.txt",
+    "*.html",
+    "*.j2",
+    "*.md",
+    "*.c",
+    "*.yaml",
+    "*.js",
     "*.css",
 ]
 

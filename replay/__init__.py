@@ -43,7 +43,12 @@ from agentenvs.replay.query import (
     build_query,
     raw_query,
 )
-from agentenvs.replay.sidecar import PrefixSidecar, canonical_messages, compute_sidecars, sidecar_violations
+from agentenvs.replay.sidecar import (
+    PrefixSidecar,
+    canonical_messages,
+    compute_sidecars,
+    sidecar_violations,
+)
 from agentenvs.replay.stages import run_cuts, run_sidecar, run_validate
 from agentenvs.replay.validate import (
     EnvPool,

@@ -149,7 +149,6 @@ def newest_allowed(held: Held, newest_release: str) -> str:
         return "-"
 
 
-
 def machine_line() -> str:
     return (
         f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, "

@@ -65,8 +65,7 @@ def check_ranges(settings: Any, rules: Mapping[str, str], prefix: str = "") -> N
         default = defaults.get(name, dataclasses.MISSING)
         fix = "" if default in (dataclasses.MISSING, None) else f" (default {default!r})"
         raise ValueError(
-            f"{prefix}{name} must be {rule}, got {value!r}: give {prefix}{name} a value "
-            f"{rule}{fix}"
+            f"{prefix}{name} must be {rule}, got {value!r}: give {prefix}{name} a value {rule}{fix}"
         )
 
 
@@ -207,8 +206,10 @@ def check_device(device: str) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError(f"device={device}, but torch sees no CUDA device here: use device=auto "
-                         "(CUDA when there is one) or device=cpu")
+        raise ValueError(
+            f"device={device}, but torch sees no CUDA device here: use device=auto "
+            "(CUDA when there is one) or device=cpu"
+        )
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

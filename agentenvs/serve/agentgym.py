@@ -55,29 +55,41 @@ class _AgentGym:
             return self.store.get(str(idx))
         except ServeError as exc:
             if exc.type == "unknown_session":  # AgentGym's words, with where to look
-                raise ServeError(404, exc.type, f"The id {idx} is not valid (never created, "
-                                 "closed, or created on another server or worker).") from None
+                raise ServeError(
+                    404,
+                    exc.type,
+                    f"The id {idx} is not valid (never created, "
+                    "closed, or created on another server or worker).",
+                ) from None
             raise
 
     def reset(
         self, session: Session, task_id: str | None, seed: int | None = None
     ) -> tuple[str, dict]:
         observation, info = self.service.reset(session, task_id, seed)
-        session.extra.update(observation=observation, reward=0.0, done=False, score=0.0,
-                             reset=True, info=info)
+        session.extra.update(
+            observation=observation, reward=0.0, done=False, score=0.0, reset=True, info=info
+        )
         return observation, info
 
     def step(self, session: Session, action: str) -> tuple[str, float, bool, dict]:
         if not session.extra.get("reset"):
-            raise ServeError(409, "reset_needed",
-                             f"environment {session.id} has no task yet: POST /reset first")
+            raise ServeError(
+                409, "reset_needed", f"environment {session.id} has no task yet: POST /reset first"
+            )
         if session.extra["done"]:
-            raise ServeError(409, "episode_over",
-                             f"The task with environment {session.id} has finished.")
+            raise ServeError(
+                409, "episode_over", f"The task with environment {session.id} has finished."
+            )
         observation, reward, terminated, truncated, info = self.service.step(session, action)
         done = terminated or truncated
-        session.extra.update(observation=observation, reward=reward, done=done, info=info,
-                             score=session.extra["score"] + reward)
+        session.extra.update(
+            observation=observation,
+            reward=reward,
+            done=done,
+            info=info,
+            score=session.extra["score"] + reward,
+        )
         return observation, reward, done, info
 
     def close(self, idx: Any) -> bool:
@@ -146,9 +158,12 @@ def _textcraft_start(
     if body.goal is not None and body.commands is not None:
         env_goal = session.env.goal  # type: ignore[attr-defined]
         if _textcraft_goal_id(body.goal) != env_goal:
-            raise ServeError(400, "unknown_task",
-                             f"goal {body.goal!r} is not the goal of AgentGym task "
-                             f"{data_idx} ({item_id_to_str(env_goal)!r})")
+            raise ServeError(
+                400,
+                "unknown_task",
+                f"goal {body.goal!r} is not the goal of AgentGym task "
+                f"{data_idx} ({item_id_to_str(env_goal)!r})",
+            )
         # AgentGym's reset with commands and goal shows them as given; the rules do not
         # depend on the commands, so the game played is the same
         goal_text = item_id_to_str(env_goal)
@@ -177,8 +192,9 @@ def _textcraft(ag: _AgentGym, router: APIRouter) -> None:
         except Exception:
             ag.close(idx)
             raise
-        return _json({"id": idx, "observation": observation, "done": False, "reward": 0,
-                      "goal": body.goal})
+        return _json(
+            {"id": idx, "observation": observation, "done": False, "reward": 0, "goal": body.goal}
+        )
 
     @router.post("/step")
     async def step(body: IdAction) -> Response:
@@ -206,9 +222,16 @@ def _textcraft(ag: _AgentGym, router: APIRouter) -> None:
     @router.get("/detail")
     async def detail(id: int) -> Response:
         extra = ag.get(id).extra
-        return _json({"observation": extra["observation"], "done": extra["done"],
-                      "reward": extra["reward"], "deleted": False, "goal": extra.get("goal"),
-                      "data_idx": extra.get("data_idx")})
+        return _json(
+            {
+                "observation": extra["observation"],
+                "done": extra["done"],
+                "reward": extra["reward"],
+                "deleted": False,
+                "goal": extra.get("goal"),
+                "data_idx": extra.get("data_idx"),
+            }
+        )
 
     @router.post("/close")
     async def close(body: IdBody) -> Response:
@@ -245,25 +268,52 @@ def _babyai(ag: _AgentGym, router: APIRouter) -> None:
         session = ag.get(body.id)
         observation, info = ag.reset(session, _task("agentgym", body.data_idx))
         session.extra["goal"] = info["fields"].get("goal", "")
-        return _json({"observation": observation, "reward": 0.0, "score": 0.0,
-                      "deleted": False, "done": False})
+        return _json(
+            {
+                "observation": observation,
+                "reward": 0.0,
+                "score": 0.0,
+                "deleted": False,
+                "done": False,
+            }
+        )
 
     @router.post("/step")
     async def step(body: IdAction) -> Response:
         session = ag.get(body.id)
         observation, reward, done, _ = ag.step(session, body.action)
-        return _json({"observation": observation, "reward": reward,
-                      "score": session.extra["score"], "done": done})
+        return _json(
+            {
+                "observation": observation,
+                "reward": reward,
+                "score": session.extra["score"],
+                "done": done,
+            }
+        )
 
     @router.get("/observation")
     async def observation(id: int) -> Response:
         session = ag.get(id)
         extra = session.extra
         if not extra["reset"]:
-            return _json({"observation": "Environment not initialized", "reward": 0,
-                          "score": 0, "done": False, "deleted": False})
-        return _json({"observation": goal_prefixed(session), "reward": extra["reward"],
-                      "score": extra["score"], "done": extra["done"], "deleted": False})
+            return _json(
+                {
+                    "observation": "Environment not initialized",
+                    "reward": 0,
+                    "score": 0,
+                    "done": False,
+                    "deleted": False,
+                }
+            )
+        return _json(
+            {
+                "observation": goal_prefixed(session),
+                "reward": extra["reward"],
+                "score": extra["score"],
+                "done": extra["done"],
+                "deleted": False,
+            }
+        )
 
     @router.post("/close")
     async def close(body: IdBody) -> Response:
@@ -272,8 +322,11 @@ def _babyai(ag: _AgentGym, router: APIRouter) -> None:
     @router.post("/render")
     async def render(body: IdBody) -> Response:
         ag.get(body.id)
-        raise ServeError(400, "unsupported",
-                         "this server has no renderer (AgentGym's /render draws the grid as a PNG)")
+        raise ServeError(
+            400,
+            "unsupported",
+            "this server has no renderer (AgentGym's /render draws the grid as a PNG)",
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -302,17 +355,23 @@ def _alfworld(ag: _AgentGym, router: APIRouter) -> None:
     @router.post("/reset")
     async def reset(body: ALFWorldReset) -> Response:
         if body.world_type not in WORLD_TYPES:
-            raise ServeError(422, "bad_request",
-                             'world_type must be one of "Text", "Embody" and "Hybrid"')
+            raise ServeError(
+                422, "bad_request", 'world_type must be one of "Text", "Embody" and "Hybrid"'
+            )
         session = ag.get(body.id)
         task_id = _task("agentgym", body.game)
         observation, info = ag.reset(session, task_id)
         actions = info["admissible_actions"] or []
         task_type = session.env.game(task_id).key  # type: ignore[attr-defined]
-        session.extra.update(world_type=body.world_type, game=body.game,
-                             available_actions=actions)
-        return _json({"id": body.id, "observation": observation, "available_actions": actions,
-                      "task_type": task_type})
+        session.extra.update(world_type=body.world_type, game=body.game, available_actions=actions)
+        return _json(
+            {
+                "id": body.id,
+                "observation": observation,
+                "available_actions": actions,
+                "task_type": task_type,
+            }
+        )
 
     @router.post("/step")
     async def step(body: IdAction) -> Response:
@@ -320,8 +379,14 @@ def _alfworld(ag: _AgentGym, router: APIRouter) -> None:
         observation, reward, done, info = ag.step(session, body.action)
         actions = info["admissible_actions"] or []
         session.extra["available_actions"] = actions
-        return _json({"observation": observation, "reward": reward,
-                      "available_actions": actions, "done": done})
+        return _json(
+            {
+                "observation": observation,
+                "reward": reward,
+                "available_actions": actions,
+                "done": done,
+            }
+        )
 
     @router.get("/available_actions")
     async def available_actions(id: int) -> Response:
@@ -334,9 +399,20 @@ def _alfworld(ag: _AgentGym, router: APIRouter) -> None:
     @router.get("/detail")
     async def detail(id: int) -> Response:
         extra = ag.get(id).extra
-        return _json({k: extra.get(k) for k in ("world_type", "game", "observation",
-                                                "available_actions", "done", "reward")}
-                     | {"deleted": False})
+        return _json(
+            {
+                k: extra.get(k)
+                for k in (
+                    "world_type",
+                    "game",
+                    "observation",
+                    "available_actions",
+                    "done",
+                    "reward",
+                )
+            }
+            | {"deleted": False}
+        )
 
     @router.post("/close")
     async def close(body: IdBody) -> Response:
@@ -347,9 +423,15 @@ def _alfworld(ag: _AgentGym, router: APIRouter) -> None:
     @router.get("/stats")
     async def stats() -> Response:
         store = ag.store
-        return _json({"created_total": store.created, "closed_total": store.closed,
-                      "expired_total": store.expired, "active_env": len(store),
-                      "max_active_envs": store.max_sessions})
+        return _json(
+            {
+                "created_total": store.created,
+                "closed_total": store.closed,
+                "expired_total": store.expired,
+                "active_env": len(store),
+                "max_active_envs": store.max_sessions,
+            }
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -397,8 +479,12 @@ def _webshop(ag: _AgentGym, router: APIRouter) -> None:
     async def available_actions(env_idx: int) -> Response:
         actions = ag.get(env_idx).extra["info"]["admissible_actions"] or []
         clickables = [m.group(1) for a in actions if (m := _CLICK.match(a))]
-        return _json({"has_search_bar": any(a.startswith("search[") for a in actions),
-                      "clickables": clickables})
+        return _json(
+            {
+                "has_search_bar": any(a.startswith("search[") for a in actions),
+                "clickables": clickables,
+            }
+        )
 
     @router.get("/instruction_text")
     async def instruction_text(env_idx: int) -> Response:
@@ -411,9 +497,12 @@ def _webshop(ag: _AgentGym, router: APIRouter) -> None:
     @router.get("/state")
     async def state(env_idx: int) -> Response:
         ag.get(env_idx)
-        raise ServeError(400, "unsupported",
-                         "/state (the browser's url and html) is not served; use /observation, "
-                         "/instruction_text and /available_actions")
+        raise ServeError(
+            400,
+            "unsupported",
+            "/state (the browser's url and html) is not served; use /observation, "
+            "/instruction_text and /available_actions",
+        )
 
     @router.post("/reset")
     async def reset(body: WebShopReset) -> Response:
@@ -429,14 +518,16 @@ def _webshop(ag: _AgentGym, router: APIRouter) -> None:
 
 # ------------------------------------------------------------------------------------------
 
+
 # The fork's base interaction reads the final reward from GET /observe?id= (a route no AgentGym
 # server has: there it fails and scores 0); we answer it on the id-keyed servers.
 def _observe(ag: _AgentGym, router: APIRouter) -> None:
     @router.get("/observe")
     async def observe(id: int) -> Response:
         extra = ag.get(id).extra
-        return _json({"observation": extra["observation"], "reward": extra["reward"],
-                      "done": extra["done"]})
+        return _json(
+            {"observation": extra["observation"], "reward": extra["reward"], "done": extra["done"]}
+        )
 
 
 AGENTGYM_ENVS: dict[str, Callable[[_AgentGym, APIRouter], None]] = {

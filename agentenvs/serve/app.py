@@ -84,9 +84,16 @@ class _BodyLimit:
                         if scope["path"].startswith(NATIVE_PREFIX)
                         else {"error": message, "error_type": "body_too_large"}
                     )
-                    await send({"type": "http.response.start", "status": 413, "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(payload)).encode())]})
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 413,
+                            "headers": [
+                                (b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode()),
+                            ],
+                        }
+                    )
                     await send({"type": "http.response.body", "body": payload})
                     return
         if scope["type"] == "websocket":
@@ -166,24 +173,24 @@ def _install_error_handlers(app: Any, service: EnvService) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         error = malformed(exc.errors())
-        return _error_response(error.status, error.type, error.message, service,
-                               request.url.path)
+        return _error_response(error.status, error.type, error.message, service, request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        return _error_response(exc.status_code, "http_error", str(exc.detail), service,
-                               request.url.path)
+        return _error_response(
+            exc.status_code, "http_error", str(exc.detail), service, request.url.path
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         mapped = error_for(exc)
         if mapped is not None:
-            return _error_response(mapped.status, mapped.type, mapped.message, service,
-                                   request.url.path)
+            return _error_response(
+                mapped.status, mapped.type, mapped.message, service, request.url.path
+            )
         log.exception("internal error on %s %s", request.method, request.url.path)
         error = internal_error(exc)
-        return _error_response(error.status, error.type, error.message, service,
-                               request.url.path)
+        return _error_response(error.status, error.type, error.message, service, request.url.path)
 
 
 async def _sweep_forever(store: SessionStore) -> None:

@@ -34,25 +34,56 @@ def worker_urls(host: str, port: int, workers: int) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     from agentenvs.serve.settings import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 
-    p = argparse.ArgumentParser(prog="agentenvs serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("env_id", choices=sorted(ENVIRONMENTS), metavar="ENV_ID",
-                   help=f"one of {sorted(ENVIRONMENTS)}")
-    p.add_argument("--api", choices=APIS, default="agentgym",
-                   help="agentgym: AgentGym's routes; openenv: OpenEnv's (default agentgym)")
+    p = argparse.ArgumentParser(
+        prog="agentenvs serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "env_id",
+        choices=sorted(ENVIRONMENTS),
+        metavar="ENV_ID",
+        help=f"one of {sorted(ENVIRONMENTS)}",
+    )
+    p.add_argument(
+        "--api",
+        choices=APIS,
+        default="agentgym",
+        help="agentgym: AgentGym's routes; openenv: OpenEnv's (default agentgym)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="first worker's port (default 8000)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="server processes, on ports PORT..PORT+N-1 (default 1)")
-    p.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                   help=f"open sessions per worker; more get 429 (default {DEFAULT_MAX_SESSIONS})")
-    p.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT,
-                   help="close a session after this many seconds without a request; 0: never "
-                   f"(default {DEFAULT_IDLE_TIMEOUT:g})")
-    p.add_argument("--env-kwargs", type=json.loads, default=None, metavar="JSON",
-                   help='environment keywords for every session, e.g. \'{"rules": "fixed"}\'')
-    p.add_argument("--snapshot-key", default=None,
-                   help="HMAC key of snapshot tokens (default $AGENTENVS_SERVE_KEY, else random)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes, on ports PORT..PORT+N-1 (default 1)",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"open sessions per worker; more get 429 (default {DEFAULT_MAX_SESSIONS})",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="close a session after this many seconds without a request; 0: never "
+        f"(default {DEFAULT_IDLE_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--env-kwargs",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help='environment keywords for every session, e.g. \'{"rules": "fixed"}\'',
+    )
+    p.add_argument(
+        "--snapshot-key",
+        default=None,
+        help="HMAC key of snapshot tokens (default $AGENTENVS_SERVE_KEY, else random)",
+    )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     return p
 
@@ -68,15 +99,17 @@ def _app_kwargs(args: argparse.Namespace, key: str | None, worker: int) -> dict[
     }
 
 
-def _run_worker(env_id: str, api: str, host: str, port: int, log_level: str,
-                kwargs: dict[str, Any]) -> None:
+def _run_worker(
+    env_id: str, api: str, host: str, port: int, log_level: str, kwargs: dict[str, Any]
+) -> None:
     import uvicorn
 
     from agentenvs.serve import build_app
 
     app = build_app(env_id, api, **kwargs)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                timeout_keep_alive=75)
+    uvicorn.run(
+        app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=75
+    )
 
 
 def serve_main(argv: list[str]) -> int:
@@ -90,8 +123,14 @@ def serve_main(argv: list[str]) -> int:
     urls = worker_urls(args.host, args.port, args.workers)
     print(f"agentenvs serve {args.env_id} --api {args.api}: {' '.join(urls)}", flush=True)
     if args.workers == 1:
-        _run_worker(args.env_id, args.api, args.host, args.port, args.log_level,
-                    _app_kwargs(args, args.snapshot_key, 0))
+        _run_worker(
+            args.env_id,
+            args.api,
+            args.host,
+            args.port,
+            args.log_level,
+            _app_kwargs(args, args.snapshot_key, 0),
+        )
         return 0
     # one key for all workers, so a token made by one restores (fast) on the others
     import os
@@ -101,8 +140,14 @@ def serve_main(argv: list[str]) -> int:
     procs = [
         context.Process(
             target=_run_worker,
-            args=(args.env_id, args.api, args.host, args.port + i, args.log_level,
-                  _app_kwargs(args, key, i)),
+            args=(
+                args.env_id,
+                args.api,
+                args.host,
+                args.port + i,
+                args.log_level,
+                _app_kwargs(args, key, i),
+            ),
             name=f"agentenvs-serve-{i}",
         )
         for i in range(args.workers)

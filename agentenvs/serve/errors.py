@@ -90,8 +90,9 @@ def error_for(exc: Exception) -> ServeError | None:
     if isinstance(exc, ServeError):
         return exc
     if isinstance(exc, (UnknownTaskError, UnknownSplitError)):
-        return ServeError(400, "unknown_task" if isinstance(exc, UnknownTaskError) else
-                          "unknown_split", str(exc))
+        return ServeError(
+            400, "unknown_task" if isinstance(exc, UnknownTaskError) else "unknown_split", str(exc)
+        )
     if isinstance(exc, EpisodeOverError):
         return ServeError(409, "episode_over", str(exc))
     if isinstance(exc, ResetNeededError):

@@ -91,8 +91,13 @@ class ReplayBody(_Body):
 
 def _step_json(result: Any) -> dict[str, Any]:
     observation, reward, terminated, truncated, info = result
-    return {"observation": observation, "reward": reward, "terminated": terminated,
-            "truncated": truncated, "info": info}
+    return {
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": info,
+    }
 
 
 def _reset_json(result: tuple[str, dict[str, Any]]) -> dict[str, Any]:
@@ -120,8 +125,11 @@ def _reset_item(raw: Any) -> tuple[str, str | None, int | None]:
     types passes without pydantic; anything else goes through :class:`ResetBody`."""
     if type(raw) is dict and raw.keys() <= _RESET_KEYS:
         session, task_id, seed = raw.get("session"), raw.get("task_id"), raw.get("seed")
-        if (type(session) is str and (task_id is None or type(task_id) is str)
-                and (seed is None or (type(seed) is int and 0 <= seed <= MAX_SEED))):
+        if (
+            type(session) is str
+            and (task_id is None or type(task_id) is str)
+            and (seed is None or (type(seed) is int and 0 <= seed <= MAX_SEED))
+        ):
             return session, task_id, seed
     body = ResetBody.model_validate(raw)
     return body.session, body.task_id, body.seed
@@ -136,8 +144,15 @@ def _batch_operations(service: EnvService) -> dict[str, tuple[str, Callable[[Any
         session_id, action = _step_item(raw)
         session = get(session_id)
         observation, reward, terminated, truncated, info = step(session, action)
-        return {"observation": observation, "reward": reward, "terminated": terminated,
-                "truncated": truncated, "info": info, "status": 200, **envelope(session)}
+        return {
+            "observation": observation,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "info": info,
+            "status": 200,
+            **envelope(session),
+        }
 
     def reset_one(raw: Any) -> dict[str, Any]:
         session_id, task_id, seed = _reset_item(raw)
@@ -215,9 +230,16 @@ class BatchFastPath:
             return
         results = await _run_batch(self.service, items, field, run_one)
         payload = dumps({"results": results, **self.service.envelope()})
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-length", str(len(payload)).encode()),
-            (b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"content-type", b"application/json"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 
@@ -232,7 +254,8 @@ def _json_body(headers: list[tuple[bytes, bytes]]) -> bool:
             message["content-type"] = value.decode("latin-1")
             subtype = message.get_content_subtype()
             return message.get_content_maintype() == "application" and (
-                subtype == "json" or subtype.endswith("+json"))
+                subtype == "json" or subtype.endswith("+json")
+            )
     return True
 
 

@@ -135,17 +135,29 @@ class AgentenvsEnvironment(Environment[AgentenvsAction, AgentenvsObservation, Ag
         )
         self._steps += 1
         self._terminated, self._truncated = terminated, truncated
-        return AgentenvsObservation(text=observation, reward=reward,
-                                    done=terminated or truncated, terminated=terminated,
-                                    truncated=truncated, info=info)
+        return AgentenvsObservation(
+            text=observation,
+            reward=reward,
+            done=terminated or truncated,
+            terminated=terminated,
+            truncated=truncated,
+            info=info,
+        )
 
     @property
     def state(self) -> AgentenvsState:
         env = self._session.env
         return AgentenvsState(
-            episode_id=self._episode_id, step_count=self._steps, env_id=env.env_id,
-            version=self._service.version, variant=env.variant, task_id=env.task_id,
-            turn=env.turn, won=env.won, terminated=self._terminated, truncated=self._truncated,
+            episode_id=self._episode_id,
+            step_count=self._steps,
+            env_id=env.env_id,
+            version=self._service.version,
+            variant=env.variant,
+            task_id=env.task_id,
+            turn=env.turn,
+            won=env.won,
+            terminated=self._terminated,
+            truncated=self._truncated,
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
@@ -200,10 +212,13 @@ class AgentenvsEnvClient(EnvClient[AgentenvsAction, AgentenvsObservation, Agente
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[AgentenvsObservation]:
         observation = AgentenvsObservation(
-            **payload.get("observation", {}), reward=payload.get("reward"),
-            done=payload.get("done", False))
-        return StepResult(observation=observation, reward=payload.get("reward"),
-                          done=payload.get("done", False))
+            **payload.get("observation", {}),
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+        )
+        return StepResult(
+            observation=observation, reward=payload.get("reward"), done=payload.get("done", False)
+        )
 
     def _parse_state(self, payload: dict[str, Any]) -> AgentenvsState:
         return AgentenvsState(**payload)

@@ -69,7 +69,9 @@ class EnvService:
         self.template, _ = store.make_env()  # the default variant; answers task listings
         self.default_variant = self.template.variant
         self._envelope = {
-            "env_id": self.env_id, "version": self.version, "variant": self.default_variant
+            "env_id": self.env_id,
+            "version": self.version,
+            "variant": self.default_variant,
         }
 
     # ----- envelope ----------------------------------------------------------------------------
@@ -83,7 +85,9 @@ class EnvService:
         envelope = session.envelope
         if envelope is None:
             envelope = session.envelope = {
-                "env_id": self.env_id, "version": self.version, "variant": session.variant
+                "env_id": self.env_id,
+                "version": self.version,
+                "variant": session.variant,
             }
         return envelope
 
@@ -137,28 +141,36 @@ class EnvService:
     ) -> tuple[Session, str, dict[str, Any]]:
         content = read_token(token, self.key)
         if content.env_id != self.env_id:
-            raise ServeError(409, "snapshot_mismatch",
-                             f"a snapshot of {content.env_id} cannot be restored on a "
-                             f"{self.env_id} server")
+            raise ServeError(
+                409,
+                "snapshot_mismatch",
+                f"a snapshot of {content.env_id} cannot be restored on a {self.env_id} server",
+            )
         if content.version != self.version:
-            raise ServeError(409, "snapshot_mismatch",
-                             f"a snapshot of agentenvs {content.version} cannot be restored on "
-                             f"agentenvs {self.version}; use a server of that version")
+            raise ServeError(
+                409,
+                "snapshot_mismatch",
+                f"a snapshot of agentenvs {content.version} cannot be restored on "
+                f"agentenvs {self.version}; use a server of that version",
+            )
         created = session_id is None
-        session = (self.store.create(content.env_kwargs) if created
-                   else self.store.get(session_id))
+        session = self.store.create(content.env_kwargs) if created else self.store.get(session_id)
         try:
             if session.env_kwargs != content.env_kwargs or session.variant != content.variant:
-                raise ServeError(409, "snapshot_mismatch",
-                                 f"the snapshot was taken with env_kwargs {content.env_kwargs} "
-                                 f"(variant {content.variant}); this session has "
-                                 f"{session.env_kwargs} (variant {session.variant})")
+                raise ServeError(
+                    409,
+                    "snapshot_mismatch",
+                    f"the snapshot was taken with env_kwargs {content.env_kwargs} "
+                    f"(variant {content.variant}); this session has "
+                    f"{session.env_kwargs} (variant {session.variant})",
+                )
             with session.lock:
                 if content.snapshot is not None:
                     observation, info = _guard(lambda: session.env.restore(content.snapshot))
                 else:
-                    observation, info = self._replay_restore(session, content.task_id,
-                                                             content.actions, content.turn)
+                    observation, info = self._replay_restore(
+                        session, content.task_id, content.actions, content.turn
+                    )
                 session.actions = list(content.actions)
         except Exception:
             if created:
@@ -172,23 +184,40 @@ class EnvService:
         try:
             result = _guard(lambda: session.env.replay(task_id, actions))
         except ServeError as exc:
-            raise ServeError(409, "snapshot_mismatch",
-                             f"the snapshot's actions do not replay here: {exc.message}") from None
+            raise ServeError(
+                409,
+                "snapshot_mismatch",
+                f"the snapshot's actions do not replay here: {exc.message}",
+            ) from None
         if session.env.turn != turn:
-            raise ServeError(409, "snapshot_mismatch",
-                             f"the snapshot's actions replay to turn {session.env.turn}, "
-                             f"the snapshot says {turn}")
+            raise ServeError(
+                409,
+                "snapshot_mismatch",
+                f"the snapshot's actions replay to turn {session.env.turn}, "
+                f"the snapshot says {turn}",
+            )
         return result.last_observation, (result.steps[-1].info if result.steps else result.info)
 
-    def replay(self, task_id: str, actions: Sequence[str], session_id: str | None = None,
-               env_kwargs: Mapping[str, Any] | None = None) -> tuple[Session, Any]:
+    def replay(
+        self,
+        task_id: str,
+        actions: Sequence[str],
+        session_id: str | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
+    ) -> tuple[Session, Any]:
         created = session_id is None
         if not created and env_kwargs is not None:
-            raise ServeError(422, "bad_request",
-                             "give env_kwargs only without 'session' (a session keeps its own)")
+            raise ServeError(
+                422,
+                "bad_request",
+                "give env_kwargs only without 'session' (a session keeps its own)",
+            )
         if len(actions) > MAX_REPLAY_ACTIONS:
-            raise ServeError(413, "too_many_actions",
-                             f"{len(actions)} actions; a replay takes at most {MAX_REPLAY_ACTIONS}")
+            raise ServeError(
+                413,
+                "too_many_actions",
+                f"{len(actions)} actions; a replay takes at most {MAX_REPLAY_ACTIONS}",
+            )
         for action in actions:
             if len(action) > self.template.max_action_length:
                 raise action_too_long(len(action), self.template.max_action_length)
@@ -212,8 +241,12 @@ class EnvService:
         return {"split": split, "task_ids": ids, "families": families}
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "sessions": len(self.store),
-                "max_sessions": self.store.max_sessions, "api": self.api}
+        return {
+            "status": "ok",
+            "sessions": len(self.store),
+            "max_sessions": self.store.max_sessions,
+            "api": self.api,
+        }
 
 
 def _guard(call: Any) -> Any:
@@ -225,4 +258,3 @@ def _guard(call: Any) -> Any:
         if mapped is None:
             raise
         raise mapped from exc
-

@@ -103,8 +103,17 @@ def read_token(token: str, key: bytes) -> TokenContent:
         raise _bad("its JSON is not an object")
     if body.get("format") != TOKEN_FORMAT:
         raise _bad(f"format {body.get('format')!r}, this server reads {TOKEN_FORMAT}")
-    types = {"env_id": str, "version": str, "env_kwargs": dict, "variant": dict, "task_id": str,
-             "actions": list, "turn": int, "state": str, "mac": str}
+    types = {
+        "env_id": str,
+        "version": str,
+        "env_kwargs": dict,
+        "variant": dict,
+        "task_id": str,
+        "actions": list,
+        "turn": int,
+        "state": str,
+        "mac": str,
+    }
     for name, type_ in types.items():
         if not isinstance(body.get(name), type_):
             raise _bad(f"field {name!r} missing or not a {type_.__name__}")

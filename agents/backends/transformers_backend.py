@@ -157,9 +157,7 @@ class TransformersPolicy(PrefillMixin, Policy):
         self.tokenizer = tokenizer
         self.device = next(self.model.parameters()).device
         self.engine: CpuEngine | None
-        self.engine, self.engine_line = start_engine(
-            self.model, model or None, cpu_engine, engine
-        )
+        self.engine, self.engine_line = start_engine(self.model, model or None, cpu_engine, engine)
         self.rowwise_prefill = engine.prefill == "rows" or (
             engine.prefill == "auto" and self.device.type == "cpu"
         )
@@ -549,4 +547,3 @@ def _on_cpu(device: str) -> bool:
     import torch
 
     return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-

@@ -187,4 +187,3 @@ class HttpEnv:
         except _ServerGone as gone:
             self.lost = f"agentenvs server {self.url} {gone}"
             raise ServerLost(self.lost) from None
-

@@ -77,7 +77,6 @@ from agentenvs.agents.envworkers.pool import (
 __all__ = ["HttpPool"]
 
 
-
 class HttpPool(RemotePool):
     """Environments in sessions on ``agentenvs serve`` servers (see the module docstring).
 
@@ -277,9 +276,7 @@ class HttpPool(RemotePool):
                 try:
                     check_health(self._client, self._httpx, url, self.env_id, period)
                 except EnvWorkerError as exc:
-                    problem = (
-                        f"gave no answer within {period:g} s, nor to its health check ({exc})"
-                    )
+                    problem = f"gave no answer within {period:g} s, nor to its health check ({exc})"
             if problem is not None:
                 for future in waiting:
                     future.cancel()

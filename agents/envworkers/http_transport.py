@@ -196,8 +196,11 @@ class KeepAlive:
         conn = conns.get(url)
         if conn is None:
             parts = urlsplit(url)
-            kind = (http.client.HTTPSConnection if parts.scheme == "https"
-                    else http.client.HTTPConnection)
+            kind = (
+                http.client.HTTPSConnection
+                if parts.scheme == "https"
+                else http.client.HTTPConnection
+            )
             conn = conns[url] = kind(parts.hostname, parts.port, timeout=self.connect_timeout)
             with self._lock:
                 self._all.append(conn)

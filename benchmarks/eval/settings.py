@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.agents.protocols import default_protocol, env_protocol
 from agentenvs.agents.envworkers import DEFAULT_ENV_TIMEOUT_S
+from agentenvs.agents.protocols import default_protocol, env_protocol
 
 __all__ = ["PROTOCOL_FIELDS", "EvalSettings"]
 

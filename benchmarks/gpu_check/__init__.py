@@ -11,7 +11,7 @@ name, error, traceback tail) without stopping the steps that do not need the fai
 
 ``models``
     random-init models of SmolLM2-135M's shape (``LlamaForCausalLM``) and Qwen3-1.7B's
-    (``Qwen3ForCausalLM``; :mod:`agentenvs.benchmarks.model_shapes`), with the tiny model's
+    (``Qwen3ForCausalLM``; :mod:`agentenvs.benchmarks.speed.model_shapes`), with the tiny model's
     tokenizer (:func:`agentenvs.agents.tiny_model.build_tiny_model`; its ~512 tokens are the low
     ids of the models' published vocabularies, so every prompt encodes and a sampled id above
     them decodes to nothing), saved in bf16 under ``OUT/models``

@@ -31,7 +31,7 @@ from agentenvs.benchmarks.gpu_check.plan import (
 )
 from agentenvs.benchmarks.gpu_check.rl import run_rl
 from agentenvs.benchmarks.gpu_check.runner import StepRunner
-from agentenvs.benchmarks.model_shapes import BF16_DENSE_PEAK_TFLOPS, ModelShape
+from agentenvs.benchmarks.speed.model_shapes import BF16_DENSE_PEAK_TFLOPS, ModelShape
 
 __all__ = ["build_parser", "format_table", "main", "run_check", "versions"]
 

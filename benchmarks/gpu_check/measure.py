@@ -20,8 +20,8 @@ from agentenvs.benchmarks.eval.resume import TRAJECTORIES
 from agentenvs.benchmarks.eval.settings import EvalSettings
 from agentenvs.benchmarks.gpu_check.plan import CheckPlan
 from agentenvs.benchmarks.gpu_check.runner import free_device_memory
-from agentenvs.benchmarks.learning_check import expert_trajectories
-from agentenvs.benchmarks.model_shapes import ModelShape, nonembedding_parameters
+from agentenvs.benchmarks.learning.check import expert_trajectories
+from agentenvs.benchmarks.speed.model_shapes import ModelShape, nonembedding_parameters
 from agentenvs.replay import CutConfig, run_cuts, run_sidecar, run_validate
 
 __all__ = ["build_models", "build_queries", "check_device", "peak_memory", "run_eval"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from agentenvs.benchmarks.model_shapes import QWEN3_1P7B, SMOLLM2_135M, ModelShape
+from agentenvs.benchmarks.speed.model_shapes import QWEN3_1P7B, SMOLLM2_135M, ModelShape
 
 __all__ = [
     "DRY_RUN_PLAN",

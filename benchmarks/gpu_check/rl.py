@@ -12,7 +12,11 @@ from typing import Any
 
 from agentenvs.benchmarks.gpu_check.measure import check_device, peak_memory
 from agentenvs.benchmarks.gpu_check.plan import CheckPlan
-from agentenvs.benchmarks.model_shapes import ModelShape, nonembedding_parameters, update_flops
+from agentenvs.benchmarks.speed.model_shapes import (
+    ModelShape,
+    nonembedding_parameters,
+    update_flops,
+)
 from agentenvs.train.config import load_config
 from agentenvs.train.rl import RLConfig, RLTrainer
 from agentenvs.train.rl.trainer import transformers_policy

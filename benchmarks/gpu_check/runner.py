@@ -70,9 +70,7 @@ class StepRunner:
         """The running step's time limit (seconds)."""
         self.outputs: dict[str, dict[str, Any]] = {}
 
-    def run(
-        self, name: str, body: Callable[[], dict[str, Any]], needs: Sequence[str] = ()
-    ) -> None:
+    def run(self, name: str, body: Callable[[], dict[str, Any]], needs: Sequence[str] = ()) -> None:
         """Run step ``name`` (when selected) unless a step it ``needs`` failed or the budget is
         spent; record its result or its failure."""
         if name not in self.selected:

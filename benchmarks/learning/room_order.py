@@ -65,8 +65,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 / count
                 for arm, runs in summary["training"].items()
             }
-            rows.append({"seed": seed, "iterations": f"{first}-{first + count - 1}",
-                         "rooms": len(rooms), "sft": _rate(per_task), "arms": arms})
+            rows.append(
+                {
+                    "seed": seed,
+                    "iterations": f"{first}-{first + count - 1}",
+                    "rooms": len(rooms),
+                    "sft": _rate(per_task),
+                    "arms": arms,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     text = _format(rows, args.episodes)
     if args.out:

@@ -1,8 +1,8 @@
 """Run the learning benchmark (or resume it) and write its summary.
 
-    python -m agentenvs.benchmarks.learning_check --preset textcraft --out docs/learning-check
-    python -m agentenvs.benchmarks.learning_check --preset sokoban --out docs/learning-check/sokoban
-    python -m agentenvs.benchmarks.learning_check --preset smoke --out /tmp/smoke      # a minute or two
+    python -m agentenvs.benchmarks.learning.check --preset textcraft --out docs/learning-check
+    python -m agentenvs.benchmarks.learning.check --preset sokoban --out docs/learning-check/sokoban
+    python -m agentenvs.benchmarks.learning.check --preset smoke --out /tmp/smoke      # a minute or two
 
 Stages, each (arm, seed) unit announced by a line and its work shown by bars that move per SFT
 step, RL iteration, replay query and evaluation episode: data (expert episodes of the training
@@ -162,7 +162,7 @@ def _run_units(
             cmd = [
                 sys.executable,
                 "-m",
-                "agentenvs.benchmarks.learning_check",
+                "agentenvs.benchmarks.learning.check",
                 "--preset",
                 preset_name,
             ]

@@ -1,1 +1,1 @@
-"""Speed benchmarks of the environments, one module per environment (see ``env_speed``)."""
+"""Speed benchmarks of the environments, one module per environment (see ``envs``)."""

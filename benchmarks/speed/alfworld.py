@@ -33,7 +33,7 @@ from agentenvs.alfworld.expert import ALFWorldExpert
 from agentenvs.alfworld.observation import first_observation
 from agentenvs.alfworld.restore import MEMO
 from agentenvs.benchmarks.speed import alfworld_original
-from agentenvs.benchmarks.timing import SpeedRow
+from agentenvs.benchmarks.speed.timing import SpeedRow
 from agentenvs.core import Snapshot
 
 __all__ = [

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from agentenvs.babyai import BabyAITextEnv
 from agentenvs.babyai.expert import BabyAIExpert
 from agentenvs.babyai.text import LEFT, RIGHT
-from agentenvs.benchmarks.timing import SpeedRow, per_call
+from agentenvs.benchmarks.speed.timing import SpeedRow, per_call
 
 __all__ = ["STEP_OVERHEAD_TARGET", "TASK_ID", "bench", "logged_primitives"]
 

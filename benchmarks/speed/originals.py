@@ -3,7 +3,7 @@
 Run only as a child process through :func:`launch` (never imported by the child, which never
 imports agentenvs): the child executes this file with ``runpy``, with a Python that has the
 original's requirements (a scratch venv), and imports the original's code from the copy named in
-its setup. Their code is not part of agentenvs; the table (:mod:`agentenvs.benchmarks.steps_table`)
+its setup. Their code is not part of agentenvs; the table (:mod:`agentenvs.benchmarks.speed.steps_table`)
 says "not measured" where a copy is absent.
 
 Protocol, one JSON object per line each way:
@@ -142,9 +142,22 @@ def _agentgym_textcraft(setup: dict) -> tuple[Callable[[], list], Callable[[], N
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agentenv_textcraft.server:app", "--host",
-         "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "agentenv_textcraft.server:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(folder)},
     )
     deadline = time.monotonic() + 120
@@ -202,9 +215,13 @@ def _verl_agent_sokoban(setup: dict) -> tuple[Callable[[], list], Callable[[], N
     _package("agent_system.environments.env_package.sokoban", base)
     from agent_system.environments.env_package.sokoban.sokoban.env import SokobanEnv
 
-    env = SokobanEnv("tiny_rgb_array", dim_room=tuple(setup["dim_room"]),
-                     num_boxes=setup["num_boxes"], max_steps=10**9,
-                     search_depth=setup["search_depth"])
+    env = SokobanEnv(
+        "tiny_rgb_array",
+        dim_room=tuple(setup["dim_room"]),
+        num_boxes=setup["num_boxes"],
+        max_steps=10**9,
+        search_depth=setup["search_depth"],
+    )
     seed, actions = setup["seed"], setup["actions"]
 
     return _observations_of(lambda: env.reset(seed=seed), env.step, actions), lambda: None

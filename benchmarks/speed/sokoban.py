@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 
-from agentenvs.benchmarks.timing import SpeedRow, per_call
+from agentenvs.benchmarks.speed.timing import SpeedRow, per_call
 from agentenvs.sokoban import SokobanEnv, generate_room
 from agentenvs.sokoban.expert import SokobanExpert
 

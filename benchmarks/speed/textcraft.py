@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
+from agentenvs.benchmarks.speed.timing import SpeedRow, per_call, snapshot_times, step_time_along
 from agentenvs.textcraft import TextCraftEnv
 from agentenvs.textcraft.env import _load_task
 from agentenvs.textcraft.expert import TextCraftExpert

@@ -11,7 +11,7 @@ import math
 import time
 from collections import Counter
 
-from agentenvs.benchmarks.timing import SpeedRow, per_call, snapshot_times, step_time_along
+from agentenvs.benchmarks.speed.timing import SpeedRow, per_call, snapshot_times, step_time_along
 from agentenvs.webshop import WebShopEnv, default_catalog
 from agentenvs.webshop.analysis import analyze
 from agentenvs.webshop.catalog import product_document

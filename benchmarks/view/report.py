@@ -23,13 +23,13 @@ import json
 from collections import Counter
 from typing import Any
 
-from agentenvs.benchmarks.learning.report import paired
 from agentenvs.benchmarks.eval.metrics import (
     count_errors,
     pass_at_k,
     summarize,
     task_outcomes,
 )
+from agentenvs.benchmarks.learning.report import paired
 from agentenvs.benchmarks.view.runs import Run
 
 __all__ = ["compare", "overview", "run_k", "task_rows"]

@@ -38,8 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Print the path of agentenvs' verl agent-loop config file "
         "(actor_rollout_ref.rollout.agent.agent_loop_config_path), or copy it with --write.",
     )
-    parser.add_argument("--write", metavar="DIR", default=None,
-                        help=f"copy the file to DIR/{AGENT_LOOP_CONFIG} and print that path")
+    parser.add_argument(
+        "--write",
+        metavar="DIR",
+        default=None,
+        help=f"copy the file to DIR/{AGENT_LOOP_CONFIG} and print that path",
+    )
     args = parser.parse_args(argv)
     try:
         if args.write is None:

@@ -36,7 +36,12 @@ from typing import Any
 import torch
 
 from agentenvs.train.losses import PolicyLossConfig, RolloutCorrection
-from agentenvs.train.prefix_loss import PrefixBatch, PrefixConfig, prefix_advantages, prefix_grpo_loss
+from agentenvs.train.prefix_loss import (
+    PrefixBatch,
+    PrefixConfig,
+    prefix_advantages,
+    prefix_grpo_loss,
+)
 
 __all__ = [
     "LOSS_MODE",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from agentenvs.agents.backends.cpu import int4 as cpu_int4
 from agentenvs.agents.backends.cpu.engine import EngineSettings
 from agentenvs.agents.backends.cpu.kernels import int_dot_path
@@ -45,8 +46,9 @@ def q4_wide_model_dir(tmp_path_factory):
 
 
 def _q4_model(tmp_path_factory, spec=None):
-    from agentenvs.agents.tiny_model import build_tiny_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     source = build_tiny_model(tmp_path_factory.mktemp("tiny"), spec)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
@@ -140,7 +142,9 @@ def test_int4_copies_follow_changed_weights(q4_model_dir) -> None:
         for module in policy.engine.weights.layers:
             module.weight.mul_(-1.0)
     after = policy.generate(CONVERSATIONS, GREEDY)
-    fresh = TransformersPolicy.from_model(policy.model, policy.tokenizer, cpu_engine="auto", engine=INT4)
+    fresh = TransformersPolicy.from_model(
+        policy.model, policy.tokenizer, cpu_engine="auto", engine=INT4
+    )
     assert [o.logprobs for o in after] == [
         o.logprobs for o in fresh.generate(CONVERSATIONS, GREEDY)
     ]
@@ -173,7 +177,9 @@ def test_policies_sharing_a_model_keep_their_own_decoding(q4_model_dir) -> None:
 
 
 def test_int4_applies_to_float32_models_only_with_integer_dot_products(tiny_model_dir) -> None:
-    fp32 = TransformersPolicy(str(tiny_model_dir), device="cpu", dtype="float32", cpu_engine="auto", engine=INT4)
+    fp32 = TransformersPolicy(
+        str(tiny_model_dir), device="cpu", dtype="float32", cpu_engine="auto", engine=INT4
+    )
     line = fp32.run_metadata()["engine"]
     if int_dot_path() == "none":  # the kernel's plain float32 sums: slower than linear
         assert fp32.engine.weights is None and "model weights" in line

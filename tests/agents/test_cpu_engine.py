@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+
 from agentenvs.agents.backends.cpu.engine import MEASURED, EngineSettings, start
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy
 from agentenvs.agents.policy import SamplingParams

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from agentenvs.agents.backends.cpu import attention as cpu_attention
 from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 from agentenvs.agents.backends.cpu.engine import EngineSettings
@@ -215,7 +216,9 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
     batched, with or without the cascade's split."""
     kernel_settings = EngineSettings(sampler="torch")
     bf16 = {"device": "cpu", "dtype": "bfloat16"}
-    kernel = TransformersPolicy(str(tiny_model_dir), **bf16, cpu_engine="auto", engine=kernel_settings)
+    kernel = TransformersPolicy(
+        str(tiny_model_dir), **bf16, cpu_engine="auto", engine=kernel_settings
+    )
     assert kernel.engine.kernel_attention
     greedy = SamplingParams(temperature=0, max_new_tokens=16)
     batched = kernel.generate(CONVERSATIONS, greedy)
@@ -238,7 +241,11 @@ def test_kernel_decoding_in_the_backend(tiny_model_dir) -> None:
     )
     assert logprob_gap(bmm.generate(CONVERSATIONS, greedy), batched) < 0.05
     fp16 = TransformersPolicy(
-        str(tiny_model_dir), device="cpu", dtype="float16", cpu_engine="auto", engine=kernel_settings
+        str(tiny_model_dir),
+        device="cpu",
+        dtype="float16",
+        cpu_engine="auto",
+        engine=kernel_settings,
     )
     line = fp16.run_metadata()["engine"]  # the kernel is bfloat16's and float32's
     assert not fp16.engine.kernel_attention and "float32" in line

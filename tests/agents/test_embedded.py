@@ -7,6 +7,7 @@ import shutil
 import sys
 
 import pytest
+
 from agentenvs.agents import models
 
 

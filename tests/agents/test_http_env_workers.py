@@ -600,8 +600,22 @@ def test_eval_with_its_only_server_hanging_stops_in_time(tmp_path, capsys) -> No
     server = Server()
     proxy = HangingProxy(server.url, hang_at=(b"/step_batch", 3))
     out = tmp_path / "hung"
-    argv = [TC, "--agent", "expert", "-k", "2", "--limit", "4", "--no-progress",
-            "--out", str(out), "--env-workers", proxy.url, "--env-timeout", "1"]
+    argv = [
+        TC,
+        "--agent",
+        "expert",
+        "-k",
+        "2",
+        "--limit",
+        "4",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--env-workers",
+        proxy.url,
+        "--env-timeout",
+        "1",
+    ]
     try:
         t0 = time.monotonic()
         assert main(argv) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from agentenvs.agents.backends import prefill
 from agentenvs.agents.backends.cpu import attention as cpu_attention
 from agentenvs.agents.backends.cpu.attention import rows_attention as _rows_attention

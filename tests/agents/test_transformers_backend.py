@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from agentenvs.agents.backends.cpu.engine import EngineSettings
 from agentenvs.agents.backends.kv_cache import PrefixCache, common_prefix_length
 from agentenvs.agents.backends.transformers_backend import TransformersPolicy, left_pad, sample_next
 from agentenvs.agents.policy import SamplingParams
 from agentenvs.agents.rollout import RolloutConfig, plan_episodes, run_rollouts
-
 from agentenvs.registration import make
 
 from .conftest import CONVERSATIONS, SYSTEM, logprob_gap, teacher_forced_diff

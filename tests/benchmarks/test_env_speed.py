@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from agentenvs.benchmarks.speed import textcraft
-from agentenvs.benchmarks.timing import format_table
+from agentenvs.benchmarks.speed.timing import format_table
 
 
 def test_textcraft_kind_rows() -> None:

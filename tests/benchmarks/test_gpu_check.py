@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 from agentenvs.benchmarks.gpu_check import cli, fsdp, plan, rl  # noqa: E402
 from agentenvs.benchmarks.gpu_check.runner import StepRunner, StepTimeout  # noqa: E402
-from agentenvs.benchmarks.model_shapes import (  # noqa: E402
+from agentenvs.benchmarks.speed.model_shapes import (  # noqa: E402
     BF16_DENSE_PEAK_TFLOPS,
     QWEN3_1P7B,
     SMOLLM2_135M,
@@ -101,9 +101,7 @@ def test_unknown_step_is_refused(tmp_path):
 
 
 def test_overlong_and_failing_steps_are_recorded_and_the_next_steps_run():
-    limited = dataclasses.replace(
-        plan.DRY_RUN_PLAN, limits_s={"slow": 0.5, "bad": 10, "fine": 10}
-    )
+    limited = dataclasses.replace(plan.DRY_RUN_PLAN, limits_s={"slow": 0.5, "bad": 10, "fine": 10})
     runner = StepRunner(limited, ["slow", "bad", "fine"])
     clock = time.perf_counter()
     runner.run("slow", lambda: time.sleep(30) or {})
@@ -133,8 +131,9 @@ def test_spent_budget_skips_the_remaining_steps():
     ],
 )
 def test_shapes_are_the_published_models(tmp_path, shape, cls, total, body):
-    from agentenvs.agents.tiny_model import build_tiny_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentenvs.agents.tiny_model import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny"))
     config = shape.config(tokenizer)
@@ -164,9 +163,10 @@ def test_torchrun_past_its_limit_is_stopped_and_recorded(tmp_path):
 
 
 def test_policy_options_reach_the_rl_rollout_policy(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from agentenvs.agents.tiny_model import build_tiny_model
     from agentenvs.train.rl import RLConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     args = cli.build_parser().parse_args(
         ["--out", "x", "--policy-opt", "share_prefix=false", "--policy-opt", "prefix_cache=false"]

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from agentenvs.benchmarks.learning.check import main, preset, run_benchmark
 from agentenvs.benchmarks.learning.report import arm_table, paired
-from agentenvs.benchmarks.learning_check import main, preset, run_benchmark
 
 
 def test_paired_difference_and_seed_standard_error():
@@ -165,8 +165,8 @@ def test_undefined_statistics_are_null_not_nan():
 
 
 def test_rl_tasks_filtered_by_commands_and_played_under_permuted_names():
-    from agentenvs.textcraft import TextCraftEnv
     from agentenvs.benchmarks.learning.settings import rl_task_ids
+    from agentenvs.textcraft import TextCraftEnv
 
     train = [f"agentgym/{i}" for i in range(31, 61)]
     assert rl_task_ids(preset("smoke", rl_name_permutations=0), train) == train

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from agentenvs.benchmarks.ptgpo_speed import (  # noqa: E402
+from agentenvs.benchmarks.speed.ptgpo import (  # noqa: E402
     corridor_groups,
     format_growth,
     growth_rows,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentenvs.benchmarks import replay_speed
-from agentenvs.benchmarks.timing import format_table
+from agentenvs.benchmarks.speed.timing import format_table
 
 
 def test_bench_quick_rows_and_notes() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentenvs.benchmarks.rollout_speed import measure
+from agentenvs.benchmarks.speed.rollout import measure
 
 
 def test_rollout_speed_quick(tmp_path) -> None:
@@ -22,7 +22,7 @@ def test_rollout_speed_quick(tmp_path) -> None:
 
 def test_engine_speed_runs_both_policies_on_the_same_episodes(tmp_path) -> None:
     from agentenvs.agents.tiny_model import build_tiny_model
-    from agentenvs.benchmarks.rollout_speed import measure_engine
+    from agentenvs.benchmarks.speed.rollout import measure_engine
 
     speed = measure_engine(
         build_tiny_model(tmp_path / "tiny"),
@@ -39,7 +39,7 @@ def test_engine_speed_runs_both_policies_on_the_same_episodes(tmp_path) -> None:
 
 
 def test_write_doc_replaces_only_the_measured_section(tmp_path) -> None:
-    from agentenvs.benchmarks.rollout_speed import DOC_END, DOC_START, write_doc
+    from agentenvs.benchmarks.speed.rollout import DOC_END, DOC_START, write_doc
 
     page = tmp_path / "cpu-engine.md"
     page.write_text(f"# The engine\n\nhistory\n\n{DOC_START}\nold table\n{DOC_END}\n\nmore\n")

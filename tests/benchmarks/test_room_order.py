@@ -16,8 +16,15 @@ def test_drawn_rooms_are_the_trainers_draws_of_those_iterations():
 
 
 def test_format_puts_the_sft_model_beside_each_arm():
-    rows = [{"seed": 0, "iterations": "1-8", "rooms": 64, "sft": 0.125,
-             "arms": {"grpo": 0.1394, "ptgpo": 0.133}}]
+    rows = [
+        {
+            "seed": 0,
+            "iterations": "1-8",
+            "rooms": 64,
+            "sft": 0.125,
+            "arms": {"grpo": 0.1394, "ptgpo": 0.133},
+        }
+    ]
     text = _format(rows, 8)
     assert "| seed | iterations | rooms | SFT model | grpo | ptgpo |" in text
     assert "| 0 | 1-8 | 64 | 0.125 | 0.139 | 0.133 |" in text

@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from agentenvs.benchmarks.model_shapes import (
+from agentenvs.benchmarks.speed.model_shapes import (
     BF16_DENSE_PEAK_TFLOPS,
     QWEN3_1P7B,
     ModelShape,
     peak_tflops_for,
     update_flops,
 )
-from agentenvs.benchmarks.train_speed import generate_speed, update_speed
+from agentenvs.benchmarks.speed.train import generate_speed, update_speed
 
 pytest.importorskip("transformers")
 

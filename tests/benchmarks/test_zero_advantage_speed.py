@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentenvs.benchmarks.zero_advantage_speed import main
+from agentenvs.benchmarks.speed.zero_advantage import main
 
 
 def test_zero_advantage_speed_prints_the_ratio(tmp_path, capsys):

@@ -31,6 +31,8 @@ from agentenvs.webshop.reward import (
 from agentenvs.webshop.search import BM25Index, byte4_to_int, int_to_byte4
 
 DATA = Path(__file__).resolve().parent / "data"
+
+
 def _original(relative: str) -> Path | None:
     """A published file of the original benchmark under ``$AGENTENVS_ORIGINALS`` (a folder that
     some machines have; never part of the repository), or None."""

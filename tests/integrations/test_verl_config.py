@@ -30,11 +30,15 @@ def readme_verl_overrides() -> list[str]:
     place of its ``$(...)``."""
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     (block,) = [b for b in blocks if "verl.trainer.main_ppo" in b]
-    command = block[block.index("python -m verl.trainer.main_ppo"):].replace("\\\n", " ")
+    command = block[block.index("python -m verl.trainer.main_ppo") :].replace("\\\n", " ")
     command = command.split("\n", 1)[0]
     assert "..." not in command
-    printed = subprocess.run([sys.executable, "-m", "agentenvs.integrations.verl.config"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    printed = subprocess.run(
+        [sys.executable, "-m", "agentenvs.integrations.verl.config"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert Path(printed).is_file()
     words = shlex.split(command.replace(CONFIG_COMMAND, printed))
     assert words[:3] == ["python", "-m", "verl.trainer.main_ppo"]
@@ -51,8 +55,6 @@ def test_config_command_prints_and_writes_the_shipped_file(tmp_path):
 
 def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
     import hydra
-    from agentenvs.integrations.verl.agent_loop import AgentenvsAgentLoop
-    from agentenvs.integrations.verl.dataset import dataset_rows
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -61,12 +63,18 @@ def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.import_utils import resolve_config_path
 
+    from agentenvs.integrations.verl.agent_loop import AgentenvsAgentLoop
+    from agentenvs.integrations.verl.dataset import dataset_rows
+
     overrides = readme_verl_overrides()
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
         config = compose(config_name="ppo_trainer", overrides=overrides)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                    use_critic=need_critic(config))
+    validate_config(
+        config=config,
+        use_reference_policy=need_reference_policy(config),
+        use_critic=need_critic(config),
+    )
     assert config.algorithm.adv_estimator in ("ptgpo", "gigpo")
     hook = config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook
     assert hook == "agentenvs.integrations.verl.install"
@@ -91,8 +99,11 @@ def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
     )
     assert isinstance(loop, AgentenvsAgentLoop)
 
-    row = next(r for r in dataset_rows("Sokoban-v0", "train", limit=16, protocol=None)
-               if r["extra_info"]["task_id"] == TASK)
+    row = next(
+        r
+        for r in dataset_rows("Sokoban-v0", "train", limit=16, protocol=None)
+        if r["extra_info"]["task_id"] == TASK
+    )
     out = loop.loop.run_until_complete(loop.run({"temperature": 1.0, "max_tokens": 16}, **row))
     assert out.reward_score > 10  # "right" solves the task in one move
     assert len(out.response_ids) <= config.actor_rollout_ref.rollout.response_length

@@ -15,8 +15,8 @@ def test_dataset_command_writes_what_rlhfdataset_reads(tmp_path, capsys, tool_mo
     from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from agentenvs.registration import make
     from agentenvs.agents.prompts import system_prompt
+    from agentenvs.registration import make
 
     assert main(["TextCraft-v0", "--split", "test", "-o", str(tmp_path), "--limit", "5"]) == 0
     path = tmp_path / "test.parquet"

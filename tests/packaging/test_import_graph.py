@@ -172,7 +172,10 @@ def test_graph_covers_every_folder():
 
 
 def _tree(root: Path, files: Mapping[str, str]) -> Path:
-    folders = {"agentenvs": "agentenvs", **{f"agentenvs.{f}": f for f in ALLOWED if f != "agentenvs"}}
+    folders = {
+        "agentenvs": "agentenvs",
+        **{f"agentenvs.{f}": f for f in ALLOWED if f != "agentenvs"},
+    }
     (root / "setup.py").write_text(f"FOLDERS = {folders!r}\n")
     for folder in folders.values():
         (root / folder).mkdir(parents=True, exist_ok=True)

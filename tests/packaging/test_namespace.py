@@ -45,8 +45,13 @@ def test_cli_runs_from_a_folder_with_its_own_train_and_agents(tmp_path):
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "__init__.py").write_text("raise ImportError('folder agents')\n")
     for args in (["train", "rl", "--help"], ["eval", "--help"], ["replay", "cuts", "--help"]):
-        proc = subprocess.run([sys.executable, "-m", "agentenvs.cli", *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentenvs.cli", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "usage:" in proc.stdout
 

@@ -106,8 +106,8 @@ def test_every_environment_has_its_fidelity_notes():
     text = README.read_text()
     for env_id in ("TextCraft-v0", "BabyAI-Text-v0", "ALFWorld-v0", "WebShop-v0", "Sokoban-v0"):
         assert f"(docs/environments/{env_id}.md)" in text
-        assert (ROOT / "docs" / "environments" / f"{env_id}.md").read_text().startswith(
-            f"# {env_id}"
+        assert (
+            (ROOT / "docs" / "environments" / f"{env_id}.md").read_text().startswith(f"# {env_id}")
         )
 
 
@@ -124,7 +124,7 @@ def test_readme_commands_parse(parse_only):
             named = re.fullmatch(r"agentenvs\[([\w,]+)\]", spec).group(1).split(",")
             assert set(named) <= extras, command
         elif words[0] == "torchrun":
-            parse_command(["agentenvs", *words[words.index("agentenvs.cli") + 1:]])
+            parse_command(["agentenvs", *words[words.index("agentenvs.cli") + 1 :]])
         elif words[:3] == ["python", "-m", "verl.trainer.main_ppo"]:
             continue  # composed with verl's config: tests/integrations/test_verl_config.py
         elif words[0] == "agentenvs" or words[:2] == ["python", "-m"]:
@@ -142,8 +142,9 @@ def test_readme_cheap_commands_run(tmp_path):
     for command in shell_commands():
         if not command.startswith(RUN):
             continue
-        proc = subprocess.run(shlex.split(command), cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run(
+            shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         ran += 1
     assert ran == len(RUN)
@@ -175,6 +176,8 @@ def test_readme_trl_snippet_runs_on_the_tiny_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     on_cpu = snippet.replace("GRPOConfig(", "GRPOConfig(use_cpu=True, ")  # no GPU here
-    exec(compile(on_cpu.replace('"Qwen/Qwen3-1.7B"', repr(str(model))), "README.md", "exec"),
-         namespace)
+    exec(
+        compile(on_cpu.replace('"Qwen/Qwen3-1.7B"', repr(str(model))), "README.md", "exec"),
+        namespace,
+    )
     assert len(namespace["trainer"].train_dataset) > 0

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from agentenvs.cli import COMMANDS, main
 from agentenvs.agents.trajectory import write_trajectories
+from agentenvs.cli import COMMANDS, main
 from agentenvs.replay.io import QUERY_SCHEMA, SAMPLE_SCHEMA, VALIDATED_SCHEMA, read_rows
 
 

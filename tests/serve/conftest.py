@@ -28,8 +28,9 @@ def live_server(app: Any) -> Iterator[str]:
     import uvicorn
 
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -91,9 +92,21 @@ def serve_process(env_id: str, *args: str, workers: int = 1) -> Iterator[list[st
         except OSError:
             continue
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentenvs.cli", "serve", env_id, "--port", str(port),
-         "--workers", str(workers), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "agentenvs.cli",
+            "serve",
+            env_id,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     urls = [f"http://127.0.0.1:{port + i}" for i in range(workers)]

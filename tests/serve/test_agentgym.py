@@ -17,10 +17,20 @@ from agentenvs.serve import build_app
 from .conftest import expert_episode, live_server
 
 DATA = Path(__file__).parent / "data"
-ENVS = {"textcraft": "TextCraft-v0", "babyai": "BabyAI-Text-v0", "alfworld": "ALFWorld-v0",
-        "webshop": "WebShop-v0"}
-TYPES: dict[str, Any] = {"int": int, "str": str, "bool": bool, "list": list,
-                         "number": (int, float), "null": type(None)}
+ENVS = {
+    "textcraft": "TextCraft-v0",
+    "babyai": "BabyAI-Text-v0",
+    "alfworld": "ALFWorld-v0",
+    "webshop": "WebShop-v0",
+}
+TYPES: dict[str, Any] = {
+    "int": int,
+    "str": str,
+    "bool": bool,
+    "list": list,
+    "number": (int, float),
+    "null": type(None),
+}
 
 
 def _substitute(value: Any, saved: dict[str, Any]) -> Any:
@@ -107,8 +117,11 @@ def _play_agentgym(url: str, env_id: str, task_index: int, actions: list[str]) -
         key, path_key = "env_idx", "env_idx"
     else:
         sid = http.post(url + "/create").json()["id"]
-        body = ({"id": sid, "game": task_index, "world_type": "Text"} if env_id == "ALFWorld-v0"
-                else {"id": sid, "data_idx": task_index})
+        body = (
+            {"id": sid, "game": task_index, "world_type": "Text"}
+            if env_id == "ALFWorld-v0"
+            else {"id": sid, "data_idx": task_index}
+        )
         assert http.post(url + "/reset", json=body).status_code == 200
         key, path_key = "id", "id"
     rewards = []
@@ -121,15 +134,20 @@ def _play_agentgym(url: str, env_id: str, task_index: int, actions: list[str]) -
     return rewards
 
 
-AGENTGYM_KWARGS = {"TextCraft-v0": {}, "BabyAI-Text-v0": {"rules": "agentgym"},
-                   "ALFWorld-v0": {"game_version": "agentgym"}, "WebShop-v0": {}}
+AGENTGYM_KWARGS = {
+    "TextCraft-v0": {},
+    "BabyAI-Text-v0": {"rules": "agentgym"},
+    "ALFWorld-v0": {"game_version": "agentgym"},
+    "WebShop-v0": {},
+}
 
 
 def _expert_through_http(env_id: str, task_ids: list[str]) -> None:
     with live_server(build_app(env_id, "agentgym")) as url:
         for task_id in task_ids:
-            actions, rewards, _ = expert_episode(env_id, task_id, max_turns=1000,
-                                                 **AGENTGYM_KWARGS[env_id])
+            actions, rewards, _ = expert_episode(
+                env_id, task_id, max_turns=1000, **AGENTGYM_KWARGS[env_id]
+            )
             index = int(task_id.rsplit("/", 1)[1])
             assert _play_agentgym(url, env_id, index, actions) == rewards, task_id
 
@@ -151,8 +169,10 @@ def test_expert_episodes_of_every_test_task(env_id: str) -> None:
 
 
 def test_defaults_are_agentgym_variants() -> None:
-    for env_id, variant in [("BabyAI-Text-v0", {"rules": "agentgym"}),
-                            ("ALFWorld-v0", {"game_version": "agentgym"})]:
+    for env_id, variant in [
+        ("BabyAI-Text-v0", {"rules": "agentgym"}),
+        ("ALFWorld-v0", {"game_version": "agentgym"}),
+    ]:
         app = build_app(env_id, "agentgym")
         assert variant.items() <= app.state.service.default_variant.items()
     app = build_app("ALFWorld-v0", "agentgym", env_kwargs={"game_version": "alfworld-0.4"})
@@ -165,8 +185,7 @@ def test_fork_textcraft_create_checks_goal_and_shows_given_commands() -> None:
         body = r.json()
         assert r.status_code == 200
         assert body["observation"] == "Crafting commands:\na\nb\n\nGoal: craft yellow dye."
-        r = requests.post(url + "/create", json={"goal": "stone", "commands": "a",
-                                                  "data_idx": 0})
+        r = requests.post(url + "/create", json={"goal": "stone", "commands": "a", "data_idx": 0})
         assert r.status_code == 400 and "yellow dye" in r.json()["error"]
         r = requests.post(url + "/create", json={"goal": "no such thing", "commands": "a"})
         assert r.status_code == 400 and r.json()["error_type"] == "unknown_task"

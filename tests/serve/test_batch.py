@@ -52,8 +52,9 @@ def test_whole_expert_episodes_in_batches_equal_single_steps(client: Client) -> 
     assert len({len(a) for a in episodes.values()}) > 1  # some finish before others
     batched = {t: client.session() for t in tasks}
     single = {t: client.session() for t in tasks}
-    resets = client.batch("/reset_batch", "resets",
-                          [{"session": batched[t], "task_id": t} for t in tasks])
+    resets = client.batch(
+        "/reset_batch", "resets", [{"session": batched[t], "task_id": t} for t in tasks]
+    )
     for t, result in zip(tasks, resets, strict=True):
         assert result == client.post("/reset", {"session": single[t], "task_id": t})
     for turn in range(max(len(a) for a in episodes.values())):
@@ -71,27 +72,38 @@ def test_whole_expert_episodes_in_batches_equal_single_steps(client: Client) -> 
 
 def test_each_items_error_stands_in_its_place(client: Client) -> None:
     a, b, fresh = client.session(), client.session(), client.session()
-    client.batch("/reset_batch", "resets", [{"session": s, "task_id": "agentgym/5"}
-                                            for s in (a, b)])
+    client.batch(
+        "/reset_batch", "resets", [{"session": s, "task_id": "agentgym/5"} for s in (a, b)]
+    )
     limit = env_class(TC).max_action_length
     items = [
         {"session": a, "action": "inventory"},
-        {"session": "nope", "action": "inventory"},      # unknown session
-        {"session": fresh, "action": "inventory"},       # never reset
+        {"session": "nope", "action": "inventory"},  # unknown session
+        {"session": fresh, "action": "inventory"},  # never reset
         "not an object",
-        {"session": b},                                  # no action
-        {"session": b, "action": 3},                     # mistyped
-        {"session": b, "action": "inventory", "x": 1},   # extra field
-        {"session": b, "action": "x" * (limit + 1)},     # too long
+        {"session": b},  # no action
+        {"session": b, "action": 3},  # mistyped
+        {"session": b, "action": "inventory", "x": 1},  # extra field
+        {"session": b, "action": "x" * (limit + 1)},  # too long
         {"session": b, "action": "inventory"},
-        {"session": a, "action": "inventory"},           # the same session again, in order
+        {"session": a, "action": "inventory"},  # the same session again, in order
     ]
     results = client.batch("/step_batch", "steps", items)
     statuses = [status for status, _ in results]
     assert statuses == [200, 404, 409, 422, 422, 422, 422, 413, 200, 200]
     types = [body.get("error", {}).get("type") for _, body in results]
-    assert types == [None, "unknown_session", "reset_needed", "bad_request", "bad_request",
-                     "bad_request", "bad_request", "action_too_long", None, None]
+    assert types == [
+        None,
+        "unknown_session",
+        "reset_needed",
+        "bad_request",
+        "bad_request",
+        "bad_request",
+        "bad_request",
+        "action_too_long",
+        None,
+        None,
+    ]
     assert [body["info"]["turn"] for s, body in results if s == 200] == [1, 1, 2]
     assert "steps.3" in results[3][1]["error"]["message"]
     assert "steps.4.action" in results[4][1]["error"]["message"]
@@ -103,13 +115,17 @@ def test_each_items_error_stands_in_its_place(client: Client) -> None:
 
 def test_reset_batch_errors_and_seeds(client: Client) -> None:
     a, b = client.session(), client.session()
-    results = client.batch("/reset_batch", "resets", [
-        {"session": a, "task_id": "agentgym/x"},
-        {"session": b, "seed": 7},
-        {"session": b, "seed": -1},
-        {"session": "gone"},
-        {"session": a, "task_id": "agentgym/9"},
-    ])
+    results = client.batch(
+        "/reset_batch",
+        "resets",
+        [
+            {"session": a, "task_id": "agentgym/x"},
+            {"session": b, "seed": 7},
+            {"session": b, "seed": -1},
+            {"session": "gone"},
+            {"session": a, "task_id": "agentgym/9"},
+        ],
+    )
     assert [s for s, _ in results] == [400, 200, 422, 404, 200]
     assert results[0][1]["error"]["type"] == "unknown_task"
     assert results[1] == client.post("/reset", {"session": b, "seed": 7})
@@ -130,18 +146,26 @@ def test_an_environment_crash_is_that_items_500() -> None:
     with live_server(app) as url:
         c = Client(url)
         ok, broken = c.session(), c.session()
-        c.batch("/reset_batch", "resets", [{"session": s, "task_id": "agentgym/1"}
-                                           for s in (ok, broken)])
+        c.batch(
+            "/reset_batch",
+            "resets",
+            [{"session": s, "task_id": "agentgym/1"} for s in (ok, broken)],
+        )
         env = app.state.service.store.get(broken).env
 
         def crash(action: str) -> None:
             raise RuntimeError("the engine fell over")
 
         env.step = crash
-        results = c.batch("/step_batch", "steps", [{"session": broken, "action": "inventory"},
-                                                   {"session": ok, "action": "inventory"}])
+        results = c.batch(
+            "/step_batch",
+            "steps",
+            [{"session": broken, "action": "inventory"}, {"session": ok, "action": "inventory"}],
+        )
         assert results[0][0] == 500 and results[0][1]["error"] == {
-            "type": "internal_error", "message": "RuntimeError: the engine fell over"}
+            "type": "internal_error",
+            "message": "RuntimeError: the engine fell over",
+        }
         assert results[1][0] == 200 and results[1][1]["info"]["turn"] == 1
         assert c.post("/step", {"session": broken, "action": "inventory"}) == results[0]
 
@@ -153,8 +177,9 @@ def test_a_long_batch_lets_a_health_check_through() -> None:
     with live_server(app) as url:
         c = Client(url)
         sessions = [c.session() for _ in range(20)]
-        c.batch("/reset_batch", "resets", [{"session": s, "task_id": "agentgym/1"}
-                                           for s in sessions])
+        c.batch(
+            "/reset_batch", "resets", [{"session": s, "task_id": "agentgym/1"} for s in sessions]
+        )
         for sid in sessions:
             env = app.state.service.store.get(sid).env
             slow_step = env.step
@@ -165,8 +190,15 @@ def test_a_long_batch_lets_a_health_check_through() -> None:
 
             env.step = step
         answer: list = []
-        batch = threading.Thread(target=lambda: answer.append(c.batch(
-            "/step_batch", "steps", [{"session": s, "action": "inventory"} for s in sessions])))
+        batch = threading.Thread(
+            target=lambda: answer.append(
+                c.batch(
+                    "/step_batch",
+                    "steps",
+                    [{"session": s, "action": "inventory"} for s in sessions],
+                )
+            )
+        )
         batch.start()
         time.sleep(0.3)
         t0 = time.monotonic()
@@ -196,10 +228,20 @@ def _asgi_post(app: object, path: str, body: bytes, content_type: bytes | None) 
     headers = [(b"host", b"test"), (b"content-length", str(len(body)).encode())]
     if content_type is not None:
         headers.append((b"content-type", content_type))
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[dict] = []
 
@@ -269,16 +311,22 @@ def test_the_fast_path_answers_byte_for_byte_what_the_route_answers() -> None:
     for action in actions + ["x" * (env_class(TC).max_action_length + 1)]:
         answers = []
         for sid, prefix in ((a, b""), (b, b"\xef\xbb\xbf")):
-            items = [{"session": sid, "action": action}, {"session": "nope", "action": action},
-                     {"session": sid}]
+            items = [
+                {"session": sid, "action": action},
+                {"session": "nope", "action": action},
+                {"session": sid},
+            ]
             body = prefix + orjson.dumps({"steps": items})
             answers.append(_asgi_post(app, V1 + "/step_batch", body, b"application/json"))
         assert answers[0] == answers[1]
         assert [r["status"] for r in orjson.loads(answers[0][2])["results"]] in (
-            [200, 404, 422], [413, 404, 422])
+            [200, 404, 422],
+            [413, 404, 422],
+        )
     resets = []
     for sid, prefix in ((a, b""), (b, b"\xef\xbb\xbf")):
-        body = prefix + orjson.dumps({"resets": [{"session": sid, "task_id": "agentgym/4"},
-                                                 {"session": sid, "seed": -1}]})
+        body = prefix + orjson.dumps(
+            {"resets": [{"session": sid, "task_id": "agentgym/4"}, {"session": sid, "seed": -1}]}
+        )
         resets.append(_asgi_post(app, V1 + "/reset_batch", body, b"application/json"))
     assert resets[0] == resets[1]

@@ -42,9 +42,22 @@ def test_two_workers_on_consecutive_ports_with_sticky_sessions() -> None:
         except OSError:
             port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentenvs.cli", "serve", "TextCraft-v0", "--port", str(port),
-         "--workers", "2", "--max-sessions", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "agentenvs.cli",
+            "serve",
+            "TextCraft-v0",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--max-sessions",
+            "8",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "AGENTENVS_SERVE_KEY": ""},
     )
     try:
@@ -57,8 +70,9 @@ def test_two_workers_on_consecutive_ports_with_sticky_sessions() -> None:
             sid = requests.post(url + "/agentenvs/v1/sessions", json={}).json()["session"]
             assert sid.startswith(f"w{i}-")
             sessions.append(sid)
-            r = requests.post(url + "/agentenvs/v1/reset",
-                              json={"session": sid, "task_id": "agentgym/3"})
+            r = requests.post(
+                url + "/agentenvs/v1/reset", json={"session": sid, "task_id": "agentgym/3"}
+            )
             assert r.status_code == 200
         # AgentGym's integer ids carry the worker too (n * workers + i)
         ids = [requests.post(url + "/create", json={}).json()["id"] for url in urls]
@@ -66,16 +80,19 @@ def test_two_workers_on_consecutive_ports_with_sticky_sessions() -> None:
         r = requests.post(urls[0] + "/step", json={"id": ids[1], "action": "inventory"})
         assert r.status_code == 404 and r.json()["error_type"] == "unknown_session"
         # a session asked of the other worker: a clear 404, the session itself unharmed
-        r = requests.post(urls[1] + "/agentenvs/v1/step",
-                          json={"session": sessions[0], "action": "inventory"})
+        r = requests.post(
+            urls[1] + "/agentenvs/v1/step", json={"session": sessions[0], "action": "inventory"}
+        )
         assert r.status_code == 404 and "another server or worker" in r.json()["error"]["message"]
         # the workers share one snapshot key: a token of worker 0 restores on worker 1 directly
-        token = requests.post(urls[0] + "/agentenvs/v1/snapshot",
-                              json={"session": sessions[0]}).json()["snapshot"]
+        token = requests.post(
+            urls[0] + "/agentenvs/v1/snapshot", json={"session": sessions[0]}
+        ).json()["snapshot"]
         r = requests.post(urls[1] + "/agentenvs/v1/restore", json={"snapshot": token})
         assert r.status_code == 200 and r.json()["session"].startswith("w1-")
-        r = requests.post(urls[0] + "/agentenvs/v1/step",
-                          json={"session": sessions[0], "action": "inventory"})
+        r = requests.post(
+            urls[0] + "/agentenvs/v1/step", json={"session": sessions[0], "action": "inventory"}
+        )
         assert r.status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -107,8 +124,9 @@ def test_missing_serving_dependency_names_the_extra(monkeypatch, capsys) -> None
     from agentenvs.serve import build_app
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "openenv" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "openenv" else real(name, *a)
+    )
     with pytest.raises(ImportError, match=r"pip install 'agentenvs\[serve\]'"):
         build_app("TextCraft-v0", "openenv")
     assert main(["serve", "TextCraft-v0", "--api", "openenv"]) == 1

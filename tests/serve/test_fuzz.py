@@ -10,18 +10,46 @@ from agentenvs.serve import build_app
 
 from .conftest import live_server
 
-BODIES = [None, b"", b"{", b"[]", b"null", b'"x"', b"1e999", b'{"session": null}',
-          b'{"id": "1", "action": ["a"]}', b'{"id": 1e30, "action": "\\u0000"}',
-          b'{"env_idx": -1, "session_id": "x"}', b'{"data_idx": 99999999999999999999999}',
-          b'{"snapshot": 5}', b'{"task_id": {}, "actions": "abc"}',
-          b'{"session": "a", "action": "\\ud800"}', b'{"env_kwargs": {"max_turns": "x"}}',
-          b'{"env_kwargs": {"max_turns": -3}}', b'{"goal": 1, "commands": [1]}',
-          b'{"id": 0, "game": -5, "world_type": "Text"}']
-PATHS = ["/create", "/reset", "/step", "/close", "/observe?id=x", "/observation?id=-1",
-         "/detail?id=1", "/commands?id=999", "/agentenvs/v1/sessions", "/agentenvs/v1/reset",
-         "/agentenvs/v1/step", "/agentenvs/v1/snapshot", "/agentenvs/v1/restore",
-         "/agentenvs/v1/replay", "/agentenvs/v1/close", "/agentenvs/v1/tasks?split=",
-         "/agentenvs/v1/tasks"]
+BODIES = [
+    None,
+    b"",
+    b"{",
+    b"[]",
+    b"null",
+    b'"x"',
+    b"1e999",
+    b'{"session": null}',
+    b'{"id": "1", "action": ["a"]}',
+    b'{"id": 1e30, "action": "\\u0000"}',
+    b'{"env_idx": -1, "session_id": "x"}',
+    b'{"data_idx": 99999999999999999999999}',
+    b'{"snapshot": 5}',
+    b'{"task_id": {}, "actions": "abc"}',
+    b'{"session": "a", "action": "\\ud800"}',
+    b'{"env_kwargs": {"max_turns": "x"}}',
+    b'{"env_kwargs": {"max_turns": -3}}',
+    b'{"goal": 1, "commands": [1]}',
+    b'{"id": 0, "game": -5, "world_type": "Text"}',
+]
+PATHS = [
+    "/create",
+    "/reset",
+    "/step",
+    "/close",
+    "/observe?id=x",
+    "/observation?id=-1",
+    "/detail?id=1",
+    "/commands?id=999",
+    "/agentenvs/v1/sessions",
+    "/agentenvs/v1/reset",
+    "/agentenvs/v1/step",
+    "/agentenvs/v1/snapshot",
+    "/agentenvs/v1/restore",
+    "/agentenvs/v1/replay",
+    "/agentenvs/v1/close",
+    "/agentenvs/v1/tasks?split=",
+    "/agentenvs/v1/tasks",
+]
 
 
 def test_no_5xx_on_malformed_requests() -> None:
@@ -34,8 +62,13 @@ def test_no_5xx_on_malformed_requests() -> None:
         statuses = set()
         for path, body in itertools.product(PATHS, BODIES):
             for method in ("POST", "GET"):
-                r = http.request(method, url + path, data=body,
-                                 headers={"content-type": "application/json"}, timeout=30)
+                r = http.request(
+                    method,
+                    url + path,
+                    data=body,
+                    headers={"content-type": "application/json"},
+                    timeout=30,
+                )
                 assert r.status_code < 500, (method, path, body, r.status_code, r.text)
                 assert r.headers["content-type"].startswith("application/json"), (path, body)
                 statuses.add(r.status_code)

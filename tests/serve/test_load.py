@@ -38,8 +38,9 @@ async def _episode(client: httpx.AsyncClient, i: int, errors: list[str], steps: 
     for step in range(steps):
         if step == 1:  # bad input from this client: each a 4xx, the session unharmed
             bad = [
-                await client.post(f"{V1}/step", content=b"{oops",
-                                  headers={"content-type": "application/json"}),
+                await client.post(
+                    f"{V1}/step", content=b"{oops", headers={"content-type": "application/json"}
+                ),
                 await client.post(f"{V1}/step", json={"session": sid, "action": "x" * 20_000}),
                 await client.post(f"{V1}/step", json={"session": "nope", "action": "inventory"}),
             ]

@@ -77,8 +77,10 @@ def test_expert_episodes_through_http_match_in_process(client: Client) -> None:
         http_rewards, last = play(client, session, task_id, actions)
         assert http_rewards == rewards and last["observation"] == observation
         assert last["terminated"] and last["info"]["won"]
-    assert client.post("/close", {"session": session}) == (200, {"closed": True, "env_id":
-           "TextCraft-v0", "version": last["version"], "variant": {}})
+    assert client.post("/close", {"session": session}) == (
+        200,
+        {"closed": True, "env_id": "TextCraft-v0", "version": last["version"], "variant": {}},
+    )
 
 
 @pytest.mark.parametrize("env_id", ["Sokoban-v0", "BabyAI-Text-v0", "WebShop-v0"])
@@ -163,8 +165,9 @@ def test_every_error_is_json_4xx_and_other_sessions_keep_working(client: Client)
     _err(client.post("/reset", {"session": session, "task_id": "nosuch/1"}), 400, "unknown_task")
     _err(client.post("/step", {"session": session, "action": "inventory"}), 409, "reset_needed")
     _err(client.post("/snapshot", {"session": session}), 409, "reset_needed")
-    r = client.http.post(client.url + V1 + "/step", data=b"{not json",
-                         headers={"content-type": "application/json"})
+    r = client.http.post(
+        client.url + V1 + "/step", data=b"{not json", headers={"content-type": "application/json"}
+    )
     assert r.status_code == 422 and r.json()["error"]["type"] == "bad_request"
     _err(client.post("/step", {"session": session}), 422, "bad_request")
     _err(client.post("/step", {"session": session, "action": 3}), 422, "bad_request")
@@ -174,13 +177,22 @@ def test_every_error_is_json_4xx_and_other_sessions_keep_working(client: Client)
     _err(client.post("/sessions", {"env_kwargs": {"max_turns": 0}}), 422, "bad_env_kwargs")
     play(client, session, "agentgym/5", [])
     limit = env_class("TextCraft-v0").max_action_length
-    _err(client.post("/step", {"session": session, "action": "x" * (limit + 1)}), 413,
-         "action_too_long")
+    _err(
+        client.post("/step", {"session": session, "action": "x" * (limit + 1)}),
+        413,
+        "action_too_long",
+    )
     _err(client.post("/restore", {"snapshot": "%%%"}), 422, "bad_snapshot")
-    _err(client.post("/restore", {"snapshot": base64.urlsafe_b64encode(b"[1]").decode()}), 422,
-         "bad_snapshot")
-    _err(client.post("/replay", {"task_id": "agentgym/5", "actions": ["craft"] * 1001}), 409,
-         "episode_over")
+    _err(
+        client.post("/restore", {"snapshot": base64.urlsafe_b64encode(b"[1]").decode()}),
+        422,
+        "bad_snapshot",
+    )
+    _err(
+        client.post("/replay", {"task_id": "agentgym/5", "actions": ["craft"] * 1001}),
+        409,
+        "episode_over",
+    )
     _err(client.post("/replay", {"task_id": "bad", "actions": []}), 400, "unknown_task")
     r = client.http.get(client.url + "/no/such/route")
     assert r.status_code == 404 and r.json()["error_type"] == "http_error"  # AgentGym's form

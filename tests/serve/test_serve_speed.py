@@ -1,4 +1,4 @@
-"""benchmarks/serve_speed.py on a tiny setting: it runs, measures every row it promises and
+"""benchmarks/speed/serve.py on a tiny setting: it runs, measures every row it promises and
 writes its JSON (no timed assertion: the targets are reported, not asserted)."""
 
 from __future__ import annotations
@@ -10,9 +10,24 @@ from agentenvs.benchmarks import serve_speed
 
 def test_serve_speed_tiny(tmp_path, capsys) -> None:
     out = tmp_path / "serve_speed.json"
-    assert serve_speed.main(["TextCraft-v0", "--seconds", "0.2", "--clients", "1,3",
-                             "--workers", "1,2", "--batch-episodes", "1,3",
-                             "--json", str(out)]) == 0
+    assert (
+        serve_speed.main(
+            [
+                "TextCraft-v0",
+                "--seconds",
+                "0.2",
+                "--clients",
+                "1,3",
+                "--workers",
+                "1,2",
+                "--batch-episodes",
+                "1,3",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads(out.read_text())
     assert record["machine"]["cpus"] and record["date"] and record["batch_episodes"] == [1, 3]
     (result,) = record["results"]
@@ -38,10 +53,18 @@ def test_serve_speed_tiny(tmp_path, capsys) -> None:
 
 
 def test_the_batch_target_is_read_from_the_64_episode_row() -> None:
-    results = [{"env_id": "TextCraft-v0", "server": [], "batched": {"rows": [
-        {"episodes": 16, "ratio_steps_per_s": 0.9},
-        {"episodes": serve_speed.BATCH_TARGET_EPISODES, "ratio_steps_per_s": 0.49},
-    ]}}]
+    results = [
+        {
+            "env_id": "TextCraft-v0",
+            "server": [],
+            "batched": {
+                "rows": [
+                    {"episodes": 16, "ratio_steps_per_s": 0.9},
+                    {"episodes": serve_speed.BATCH_TARGET_EPISODES, "ratio_steps_per_s": 0.49},
+                ]
+            },
+        }
+    ]
     (target,) = serve_speed.targets(results)
     assert target["measured_ratio"] == 0.49 and target["met"] is False
     assert "64 episodes in step batches" in target["target"]

@@ -1,7 +1,7 @@
 """Fixtures of the trainer tests: a small TextCraft policy after a short SFT, and Prefix-GRPO
 queries cut from expert trajectories under it.
 
-The policy is the learning check's model (:func:`agentenvs.benchmarks.learning_check.build_check_model`)
+The policy is the learning check's model (:func:`agentenvs.benchmarks.learning.check.build_check_model`)
 at its smallest shape, SFT'd for 100 steps on the expert's episodes of four depth-1 tasks: it
 then solves about half of its sampled episodes, so rewards vary within a group and every
 algorithm has a non-zero signal in two iterations.
@@ -39,7 +39,11 @@ def one_thread():
 @pytest.fixture(scope="session")
 def rl_fixture(tmp_path_factory) -> RLFixture:
     from agentenvs.agents.trajectory import write_trajectories
-    from agentenvs.benchmarks.learning_check import CHECK_MODEL, build_check_model, expert_trajectories
+    from agentenvs.benchmarks.learning.check import (
+        CHECK_MODEL,
+        build_check_model,
+        expert_trajectories,
+    )
     from agentenvs.replay import CutConfig, run_cuts, run_sidecar, run_validate
     from agentenvs.train.config import load_config
     from agentenvs.train.sft import SFTConfig, train_sft

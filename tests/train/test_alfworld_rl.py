@@ -59,7 +59,7 @@ def expert_episodes(tasks: tuple[str, ...]) -> list:
 @pytest.fixture(scope="module")
 def sft_model(tmp_path_factory) -> Path:
     from agentenvs.agents.trajectory import write_trajectories
-    from agentenvs.benchmarks.learning_check import CHECK_MODEL, build_env_model
+    from agentenvs.benchmarks.learning.check import CHECK_MODEL, build_env_model
     from agentenvs.train.config import load_config
     from agentenvs.train.sft import SFTConfig, train_sft
 

@@ -34,7 +34,7 @@ class Files:
 def files(tmp_path_factory) -> Files:
     from agentenvs.agents.tiny_model import build_tiny_model
     from agentenvs.agents.trajectory import write_trajectories
-    from agentenvs.benchmarks.learning_check import expert_trajectories
+    from agentenvs.benchmarks.learning.check import expert_trajectories
     from agentenvs.replay import CutConfig, run_cuts, run_sidecar, run_validate
 
     root = tmp_path_factory.mktemp("cli_errors")

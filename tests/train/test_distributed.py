@@ -114,7 +114,7 @@ def test_rl_update_on_two_ranks_equals_one_process(tiny, tmp_path):
 @pytest.fixture(scope="module")
 def sft_data(tmp_path_factory) -> Path:
     from agentenvs.agents.trajectory import write_trajectories
-    from agentenvs.benchmarks.learning_check import expert_trajectories
+    from agentenvs.benchmarks.learning.check import expert_trajectories
 
     path = tmp_path_factory.mktemp("sft") / "expert.jsonl"
     write_trajectories(path, expert_trajectories("TextCraft-v0", ["agentgym/0", "agentgym/1"]))

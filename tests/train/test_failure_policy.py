@@ -93,7 +93,6 @@ class Faults:
         monkeypatch.setattr(TextCraftEnv, "step", step)
         monkeypatch.setattr(TextCraftEnv, "close", close)
 
-
     def check(self, env: object) -> None:
         if any(env is p for p in self.poisoned):
             raise RuntimeError(f"the engine of {env.task_id} fell over")
@@ -158,9 +157,7 @@ class _FailsFromIteration(RLTrainer):
         return super().rollout_step(iteration)
 
 
-def test_too_many_failures_stop_the_run_after_a_checkpoint_and_resume(
-    rl_fixture, tmp_path, faults
-):
+def test_too_many_failures_stop_the_run_after_a_checkpoint_and_resume(rl_fixture, tmp_path, faults):
     """A third of iteration 1's episodes fail every attempt (more than the default quarter):
     the run stops with the first error and its fix, its checkpoint of step 1 on disk; with the
     fault gone, --resume finishes the run."""

@@ -209,7 +209,12 @@ def test_micro_batches_give_the_same_update(rl_fixture):
     from agentenvs.agents.rollout import RolloutConfig
     from agentenvs.train.losses import PolicyLossConfig
     from agentenvs.train.prefix_loss import PrefixConfig
-    from agentenvs.train.rl import build_rows, collect_episodes, compute_advantages, load_query_starts
+    from agentenvs.train.rl import (
+        build_rows,
+        collect_episodes,
+        compute_advantages,
+        load_query_starts,
+    )
     from agentenvs.train.rl.update import (
         UpdateSettings,
         apply_correction,

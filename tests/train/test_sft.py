@@ -29,8 +29,8 @@ def tiny(tmp_path_factory):
 
 
 def expert_trajectory(task_id: str) -> Trajectory:
-    from agentenvs.textcraft.expert import TextCraftExpert
     from agentenvs.textcraft import TextCraftEnv
+    from agentenvs.textcraft.expert import TextCraftExpert
 
     env, expert = TextCraftEnv(), TextCraftExpert()
     obs, _ = env.reset(options={"task_id": task_id})

@@ -77,6 +77,7 @@ RL_RANGES = {
     "keep_checkpoints": ">= 1",
 }
 
+
 @dataclass
 class DataSettings:
     """Where episodes start."""

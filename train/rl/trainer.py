@@ -52,7 +52,13 @@ from agentenvs.agents.envworkers import EnvWorkerError, EnvWorkerPool
 from agentenvs.agents.policy import Policy, SamplingParams
 from agentenvs.agents.rollout import RolloutConfig, RolloutStats, make_rollout_pool
 from agentenvs.train.config import config_to_dict
-from agentenvs.train.distributed import DistContext, gathered, init_distributed, reduce_metrics, shard_model
+from agentenvs.train.distributed import (
+    DistContext,
+    gathered,
+    init_distributed,
+    reduce_metrics,
+    shard_model,
+)
 from agentenvs.train.rl.batch import (
     StepRow,
     build_rows,
@@ -507,9 +513,7 @@ class RLTrainer:
                 first,
             )
 
-    def _stop_on_failures(
-        self, what: str, error: str, cause: BaseException | None = None
-    ) -> None:
+    def _stop_on_failures(self, what: str, error: str, cause: BaseException | None = None) -> None:
         """Checkpoint (unless this step's is on disk already) and stop with ``what``, the fix
         of ``error`` and how to resume."""
         saved = self.last_checkpoint is not None and self.last_checkpoint.name.endswith(

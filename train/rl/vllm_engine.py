@@ -226,6 +226,7 @@ class VLLMRolloutEngine(VLLMPolicy):
             [float(step[t].logprob) for step, t in zip(steps, self.probe_ids[1:], strict=True)]
         )
 
+
 def vllm_policy_factory(model: Any, tokenizer: Any, config: RLConfig) -> VLLMRolloutEngine:
     """The trainer's ``policy_factory`` for ``engine.kind=vllm``: an engine on the weights the
     trainer loaded (its model's ``name_or_path``: the start model, or the checkpoint resumed)."""

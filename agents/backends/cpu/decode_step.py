@@ -147,6 +147,7 @@ class LeanModel:
         kernel (else two batched products); ``prefixes``: per layer the batch's shared
         prefix's (keys, values), read once for all rows (cascade), or None."""
         import torch
+
         from agentenvs.agents.backends.cpu import int4 as cpu_int4
         from agentenvs.agents.backends.cpu import kernels as cpu_kernels
         from agentenvs.agents.backends.cpu.attention import kernel_buffers, step_attention

@@ -136,6 +136,7 @@ def start(
 def unsupported(model: Any) -> str | None:
     """Why the engine cannot run ``model`` (None when it can)."""
     import torch
+
     from agentenvs.agents.backends.cpu.decode_step import LeanModel
     from agentenvs.agents.backends.kv_cache import writes_in_place
 
@@ -275,6 +276,7 @@ class CpuEngine:
         (temperature > 0, ``top_p`` 1: the same uniform draws and inversion of each row's
         distribution as torch's path, in one pass), else the backend's torch sampler."""
         import torch
+
         from agentenvs.agents.backends.cpu import kernels
         from agentenvs.agents.backends.hf_loading import sample_with_logprobs, uniform_draws
 

@@ -244,6 +244,7 @@ def install_for(
     ``source``: the model's
     directory, whose float32 weights are quantized when it has them."""
     import torch
+
     from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     try:
@@ -292,6 +293,7 @@ def _install_head(
     ``max_rows`` rows (the compiled kernel only); returns its reconstruction error, or None
     where it does not apply."""
     import torch
+
     from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     head = getattr(model, "lm_head", None)
@@ -314,6 +316,7 @@ def _install_head(
 def _pack(q: Any, scales_zeros: Any, dtype: Any, compiled: bool) -> tuple[Any, Any, bool]:
     """(packed weight, scales, whether the compiled kernel's layout) of one 4-bit copy."""
     import torch
+
     from agentenvs.agents.backends.cpu import kernels as cpu_kernels
 
     if _compiled_layout(*q.shape, compiled):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agentenvs.cli import main as cli_main
 from agentenvs.agents.trajectory import read_trajectories
 from agentenvs.benchmarks.eval.evaluate import evaluate
 from agentenvs.benchmarks.eval.resume import EvalSettingsError
 from agentenvs.benchmarks.eval.settings import EvalSettings
+from agentenvs.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,8 +158,8 @@ def test_resume_after_kill_has_no_duplicate_and_no_loss(tmp_path) -> None:
 
 
 def test_limit_is_a_seeded_sample_across_families() -> None:
-    from agentenvs.registration import make
     from agentenvs.agents.task_sample import family_counts, sample_tasks
+    from agentenvs.registration import make
 
     env = make("TextCraft-v0")
     ids = env.task_ids("test")
@@ -183,8 +183,8 @@ def test_limit_is_a_seeded_sample_across_families() -> None:
 
 
 def test_alfworld_train_limit_covers_every_family() -> None:
-    from agentenvs.registration import make
     from agentenvs.agents.task_sample import family_counts, sample_tasks
+    from agentenvs.registration import make
 
     env = make("ALFWorld-v0")
     ids = env.task_ids("train")

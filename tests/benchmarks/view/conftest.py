@@ -31,7 +31,7 @@ class ViewRuns:
 def view_runs(tmp_path_factory) -> ViewRuns:
     import torch
 
-    from agentenvs.benchmarks.learning_check import preset, run_benchmark
+    from agentenvs.benchmarks.learning.check import preset, run_benchmark
     from agentenvs.cli import main
     from agentenvs.replay import CutConfig, run_cuts, run_validate
 

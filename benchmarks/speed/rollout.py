@@ -1,10 +1,10 @@
 """Rollout throughput: the CPU engine against the plain backend, and batched against one at a time.
 
-    python -m agentenvs.benchmarks.rollout_speed --threads 1   # 8 TextCraft episodes, tiny local model
-    python -m agentenvs.benchmarks.rollout_speed --quick
-    python -m agentenvs.benchmarks.rollout_speed --no-prefix-cache      # re-encode every turn's prompt
-    python -m agentenvs.benchmarks.rollout_speed --model-dir DIR        # another model
-    python -m agentenvs.benchmarks.rollout_speed --embedded --engine --threads 1 --doc docs/cpu-engine.md
+    python -m agentenvs.benchmarks.speed.rollout --threads 1   # 8 TextCraft episodes, tiny local model
+    python -m agentenvs.benchmarks.speed.rollout --quick
+    python -m agentenvs.benchmarks.speed.rollout --no-prefix-cache      # re-encode every turn's prompt
+    python -m agentenvs.benchmarks.speed.rollout --model-dir DIR        # another model
+    python -m agentenvs.benchmarks.speed.rollout --embedded --engine --threads 1 --doc docs/cpu-engine.md
 
 ``--embedded`` runs SmolLM2-135M (the ``embedded`` agent) with that agent's options
 (:data:`agentenvs.agents.models.EMBEDDED_OPTIONS`: the CPU engine, ``cpu_engine="auto"``).
@@ -53,7 +53,7 @@ from agentenvs.agents.rollout import (
 )
 from agentenvs.agents.tiny_model import build_tiny_model
 from agentenvs.benchmarks.machine import cpu_model
-from agentenvs.benchmarks.timing import SpeedRow, format_table, report
+from agentenvs.benchmarks.speed.timing import SpeedRow, format_table, report
 from agentenvs.registration import make
 
 __all__ = ["EngineSpeed", "RolloutSpeed", "main", "measure", "measure_engine", "write_doc"]
@@ -321,7 +321,7 @@ def _machine() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m agentenvs.benchmarks.rollout_speed``."""
+    """The command line of ``python -m agentenvs.benchmarks.speed.rollout``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter episodes, one repeat")
     parser.add_argument("--episodes", type=int, default=8)
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     report(table + "\n" + text, args.out)
     if args.doc:
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = "python -m agentenvs.benchmarks.rollout_speed " + " ".join(argv or sys.argv[1:])
+        command = "python -m agentenvs.benchmarks.speed.rollout " + " ".join(argv or sys.argv[1:])
         write_doc(
             args.doc,
             f"Last measured {when} on {_machine()}, torch threads {args.threads or 'default'}:\n"

@@ -1,8 +1,8 @@
 """Steps per second of each environment, ours and the original benchmark's, as one table.
 
-    python -m agentenvs.benchmarks.steps_table                      # every environment
-    python -m agentenvs.benchmarks.steps_table --quick --out steps.md
-    python -m agentenvs.benchmarks.steps_table --originals /path/to/originals TextCraft-v0
+    python -m agentenvs.benchmarks.speed.steps_table                      # every environment
+    python -m agentenvs.benchmarks.speed.steps_table --quick --out steps.md
+    python -m agentenvs.benchmarks.speed.steps_table --originals /path/to/originals TextCraft-v0
 
 Per row, one workload (a test task and the scripted expert's actions on it, played again and
 again: its reset, then its actions; steps per second count the actions over the whole time,
@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.benchmarks import serve_speed
-from agentenvs.benchmarks.serve_speed import BIG_BUDGET, Server, Stats, Workload
-from agentenvs.benchmarks.timing import report
+from agentenvs.benchmarks.speed.serve import BIG_BUDGET, Server, Stats, Workload
+from agentenvs.benchmarks.speed.timing import report
 
 __all__ = ["BATCH_EPISODES", "ORIGINALS_ENV", "ROUNDS", "Row", "format_table", "main", "measure"]
 
@@ -192,8 +192,9 @@ class OriginalProcess:
         if not line:
             from agentenvs.benchmarks.speed.originals import stderr_tail
 
-            raise RuntimeError(f"the original's process ended (exit {self.proc.wait()}): "
-                               f"{stderr_tail(self.proc)}")
+            raise RuntimeError(
+                f"the original's process ended (exit {self.proc.wait()}): {stderr_tail(self.proc)}"
+            )
         return json.loads(line)
 
     def run(self, seconds: float) -> Run:
@@ -237,8 +238,10 @@ def _ours(row: Row, measure: Measure, work: Workload, server: Server) -> None:
     measure.add("in_process", _stats(lambda s: serve_speed.run_in_process(work, s), True))
     measure.add("http_single", _stats(lambda s: serve_speed.run_through_server(work, server, 1, s)))
     for n in BATCH_EPISODES:
-        measure.add(f"batch_{n}", _stats(
-            lambda s, n=n: serve_speed.run_batch_through_server(work, server, n, s)))
+        measure.add(
+            f"batch_{n}",
+            _stats(lambda s, n=n: serve_speed.run_batch_through_server(work, server, n, s)),
+        )
 
 
 def _guarded(run: Callable[[float], Run], failed: list[str]) -> Callable[[float], Run]:
@@ -264,8 +267,10 @@ def _fill(row: Row, best: dict[str, Run], original_in_process: bool) -> None:
     row.original_steps_per_s = rate.get("original")
     ours, theirs = _steps_alone(best["in_process"]), best.get("original")
     if ours and theirs and _steps_alone(theirs) and original_in_process:
-        row.notes.append(f"steps alone (resets left out): ours {ours:,.0f}/s, the original "
-                         f"{_steps_alone(theirs):,.0f}/s ({ours / _steps_alone(theirs):.3g}x)")
+        row.notes.append(
+            f"steps alone (resets left out): ours {ours:,.0f}/s, the original "
+            f"{_steps_alone(theirs):,.0f}/s ({ours / _steps_alone(theirs):.3g}x)"
+        )
     for name, run in best.items():
         if name.startswith("extra:"):
             row.notes.append(f"{name[6:]}: {_rate(run):,.0f} steps/s")
@@ -315,9 +320,13 @@ def textcraft_rows(ctx: Context) -> list[Row]:
     def start_adapt() -> OriginalProcess:
         source = ctx.originals.copy("archiki+ADaPT")
         recipes = ctx.originals.copy("WooooDyy+AgentGym") / "agentenv-textcraft/agentenv_textcraft"
-        setup = {"original": "adapt-textcraft", "source": str(source),
-                 "minecraft_dir": str(recipes), "seed": int(ADAPT_TASK.split("/")[1]),
-                 "actions": list(adapt.actions)}
+        setup = {
+            "original": "adapt-textcraft",
+            "source": str(source),
+            "minecraft_dir": str(recipes),
+            "seed": int(ADAPT_TASK.split("/")[1]),
+            "actions": list(adapt.actions),
+        }
         original = OriginalProcess(ctx.originals.python, setup)
         _same_steps("ADaPT's TextCraft", our_trace(adapt)[1:], original.trace[1:])
         return original
@@ -327,9 +336,12 @@ def textcraft_rows(ctx: Context) -> list[Row]:
     data_idx = int(work.task_id.split("/")[1])
 
     def start_agentgym() -> OriginalProcess:
-        setup = {"original": "agentgym-textcraft",
-                 "source": str(ctx.originals.copy("WooooDyy+AgentGym")),
-                 "data_idx": data_idx, "actions": list(work.actions)}
+        setup = {
+            "original": "agentgym-textcraft",
+            "source": str(ctx.originals.copy("WooooDyy+AgentGym")),
+            "data_idx": data_idx,
+            "actions": list(work.actions),
+        }
         original = OriginalProcess(ctx.originals.python, setup)
         _same_steps("AgentGym's TextCraft server", our_trace(work)[1:], original.trace[1:])
         return original
@@ -340,9 +352,16 @@ def textcraft_rows(ctx: Context) -> list[Row]:
         play, _close = agentgym_client(*server.urls[0], data_idx, list(work.actions))
         measure.add("extra:our `--api agentgym` routes, the same client", _repeat(play, work))
 
-    rows.append(measure_row(
-        ctx, work, "AgentGym's `agentenv-textcraft` server, HTTP, one step a request",
-        start_agentgym, our_agentgym_routes, original_in_process=False))
+    rows.append(
+        measure_row(
+            ctx,
+            work,
+            "AgentGym's `agentenv-textcraft` server, HTTP, one step a request",
+            start_agentgym,
+            our_agentgym_routes,
+            original_in_process=False,
+        )
+    )
     return rows
 
 
@@ -363,14 +382,19 @@ def sokoban_rows(ctx: Context) -> list[Row]:
     moves = {"up": 1, "down": 2, "left": 3, "right": 4}
 
     def start() -> OriginalProcess:
-        setup = {"original": "verl-agent-sokoban",
-                 "source": str(ctx.originals.copy("xlan156+verl-agent")),
-                 "dim_room": [6, 6], "num_boxes": 1, "search_depth": 30,
-                 "seed": int(work.task_id.split("/")[1]),
-                 "actions": [moves[a] for a in work.actions]}
+        setup = {
+            "original": "verl-agent-sokoban",
+            "source": str(ctx.originals.copy("xlan156+verl-agent")),
+            "dim_room": [6, 6],
+            "num_boxes": 1,
+            "search_depth": 30,
+            "seed": int(work.task_id.split("/")[1]),
+            "actions": [moves[a] for a in work.actions],
+        }
         original = OriginalProcess(ctx.originals.python, setup)
-        _same_steps("verl-agent's Sokoban", our_trace(work, grid_style="verl-agent"),
-                    original.trace)
+        _same_steps(
+            "verl-agent's Sokoban", our_trace(work, grid_style="verl-agent"), original.trace
+        )
         return original
 
     return [measure_row(ctx, work, "verl-agent's `SokobanEnv`, in process", start)]
@@ -399,8 +423,13 @@ def babyai_rows(ctx: Context) -> list[Row]:
         if importlib.util.find_spec("minigrid") is None:
             raise FileNotFoundError("minigrid is not installed here")
         minigrid_id, seed, primitives = _primitives(work)
-        setup = {"original": "minigrid", "minigrid_id": minigrid_id, "seed": seed,
-                 "primitives": primitives, "steps_per_episode": len(work.actions)}
+        setup = {
+            "original": "minigrid",
+            "minigrid_id": minigrid_id,
+            "seed": seed,
+            "primitives": primitives,
+            "steps_per_episode": len(work.actions),
+        }
         original = OriginalProcess(sys.executable, setup)
         if not original.trace or original.trace[-1][0] <= 0:
             original.close()
@@ -408,8 +437,10 @@ def babyai_rows(ctx: Context) -> list[Row]:
         return original
 
     row = measure_row(ctx, work, "minigrid, the same primitive actions (no text)", start)
-    row.notes.append("minigrid's figure counts our text actions: each runs the primitives "
-                     "that text action ran here (a `go to` runs several)")
+    row.notes.append(
+        "minigrid's figure counts our text actions: each runs the primitives "
+        "that text action ran here (a `go to` runs several)"
+    )
     return [row]
 
 
@@ -456,18 +487,30 @@ def alfworld_rows(ctx: Context) -> list[Row]:
     from agentenvs.benchmarks.speed import alfworld
 
     work = serve_speed.workload("ALFWorld-v0")
-    row = measure_row(ctx, work, "the alfworld engine (textworld `PddlEnv`), own process",
-                      lambda: _AlfworldOriginal(work))
-    row.notes.append("ours replays a path played before: its texts come from the step memo "
-                     "(the next row: first plays)")
+    row = measure_row(
+        ctx,
+        work,
+        "the alfworld engine (textworld `PddlEnv`), own process",
+        lambda: _AlfworldOriginal(work),
+    )
+    row.notes.append(
+        "ours replays a path played before: its texts come from the step memo "
+        "(the next row: first plays)"
+    )
     quick = ctx.seconds < 2
-    comparison = alfworld.compare_with_original(rounds=1 if quick else 2,
-                                                games_per_round=2 if quick else 3)
+    comparison = alfworld.compare_with_original(
+        rounds=1 if quick else 2, games_per_round=2 if quick else 3
+    )
     ours, original = comparison.steps_per_second()
-    first = Row("ALFWorld-v0", f"{comparison.games} test games new to both processes, "
-                f"{len(comparison.ours_steps) // comparison.games} commands each (first plays; "
-                "steps only, from the median step)", in_process=ours,
-                original="the alfworld engine, own process", original_steps_per_s=original)
+    first = Row(
+        "ALFWorld-v0",
+        f"{comparison.games} test games new to both processes, "
+        f"{len(comparison.ours_steps) // comparison.games} commands each (first plays; "
+        "steps only, from the median step)",
+        in_process=ours,
+        original="the alfworld engine, own process",
+        original_steps_per_s=original,
+    )
     return [row, first]
 
 
@@ -477,16 +520,25 @@ def webshop_rows(ctx: Context) -> list[Row]:
     work = serve_speed.workload("WebShop-v0")
 
     def start() -> OriginalProcess:
-        setup = {"original": "webshop-text",
-                 "source": str(ctx.originals.copy("princeton-nlp+WebShop")),
-                 "seed": GOAL_SEED, "session": int(work.task_id.split("/")[1]),
-                 "actions": list(work.actions)}
+        setup = {
+            "original": "webshop-text",
+            "source": str(ctx.originals.copy("princeton-nlp+WebShop")),
+            "seed": GOAL_SEED,
+            "session": int(work.task_id.split("/")[1]),
+            "actions": list(work.actions),
+        }
         original = OriginalProcess(ctx.originals.python, setup)
         _same_steps("WebShop's text env", our_trace(work), original.trace)
         return original
 
-    return [measure_row(ctx, work, "WebShop's `WebAgentTextEnv` (text mode; Lucene search "
-                        "through pyserini), in process", start)]
+    return [
+        measure_row(
+            ctx,
+            work,
+            "WebShop's `WebAgentTextEnv` (text mode; Lucene search through pyserini), in process",
+            start,
+        )
+    ]
 
 
 ROWS: dict[str, Callable[[Context], list[Row]]] = {
@@ -510,12 +562,12 @@ HOW_THE_ORIGINALS_RAN = (
     "alfworld: textworld's `PddlEnv` in alfworld's `AlfredDemangler(shuffle=False)` and "
     "`AlfredInfos`, as its `AlfredTWEnv` builds it, the game loaded once per round (not timed).",
     "minigrid: `gymnasium.make(level).unwrapped`, `reset(seed)` and `step(primitive)`.",
-    "WebShop: `WebAgentTextEnv(observation_mode=\"text\", num_products=1000)` with its Lucene "
+    'WebShop: `WebAgentTextEnv(observation_mode="text", num_products=1000)` with its Lucene '
     "index built by its `search_engine/` scripts (pyserini 0.17, Java 17) from the 1,000 "
     "products, spaCy's `en_core_web_sm` for its reward, and Python's global generator seeded "
     "with 233 before it loads (it draws prices and price ceilings unseeded); `reset(session=i)` "
     "is our `synthetic/i`.",
-    "verl-agent's Sokoban: `SokobanEnv(\"tiny_rgb_array\", dim_room=(6, 6), num_boxes=1, "
+    'verl-agent\'s Sokoban: `SokobanEnv("tiny_rgb_array", dim_room=(6, 6), num_boxes=1, '
     "search_depth=30)`, whose `reset(seed=n)` generates our room `seed/n` anew every time; actions "
     "1-4 for up, down, left, right.",
 )
@@ -538,12 +590,20 @@ def format_table(rows: list[Row]) -> str:
     notes = []
     for row in rows:
         base = row.in_process
-        original = (row.original_note if row.original_steps_per_s is None
-                    else _cell(row.original_steps_per_s, base))
-        cells = [row.env_id, row.workload, _cell(row.in_process, None),
-                 _cell(row.http_single, base),
-                 *(_cell(row.batches.get(n), base) for n in BATCH_EPISODES),
-                 row.original, original]
+        original = (
+            row.original_note
+            if row.original_steps_per_s is None
+            else _cell(row.original_steps_per_s, base)
+        )
+        cells = [
+            row.env_id,
+            row.workload,
+            _cell(row.in_process, None),
+            _cell(row.http_single, base),
+            *(_cell(row.batches.get(n), base) for n in BATCH_EPISODES),
+            row.original,
+            original,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
         notes += [f"- {row.env_id} ({row.workload.split(',')[0]}): {n}" for n in row.notes]
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -562,8 +622,9 @@ def _versions() -> str:
     return f"Installed here: {', '.join(found)}." if found else ""
 
 
-def measure(env_ids: list[str], seconds: float, originals: Path | None,
-            rounds: int = ROUNDS) -> list[Row]:
+def measure(
+    env_ids: list[str], seconds: float, originals: Path | None, rounds: int = ROUNDS
+) -> list[Row]:
     ctx = Context(seconds, rounds, Originals(originals))
     rows: list[Row] = []
     for env_id in env_ids:
@@ -579,8 +640,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("env_ids", nargs="*", help=f"default: {list(DEFAULT_ENVS)}")
     parser.add_argument("--quick", action="store_true", help="1 s per measurement, not 3")
     parser.add_argument("--seconds", type=float, help="per measurement, over all rounds")
-    parser.add_argument("--originals", type=Path, default=os.environ.get(ORIGINALS_ENV),
-                        help=f"the originals' copies and venv (default ${ORIGINALS_ENV})")
+    parser.add_argument(
+        "--originals",
+        type=Path,
+        default=os.environ.get(ORIGINALS_ENV),
+        help=f"the originals' copies and venv (default ${ORIGINALS_ENV})",
+    )
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
@@ -589,15 +654,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no steps/s rows for {unknown}; choose from {sorted(ROWS)}")
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     load = os.getloadavg()
-    rows = measure(args.env_ids or [e for e in DEFAULT_ENVS if e in ROWS], seconds,
-                   args.originals)
+    rows = measure(args.env_ids or [e for e in DEFAULT_ENVS if e in ROWS], seconds, args.originals)
     table = format_table(rows) + (
         f"\n\nSteps per second (the ratio to ours in process); {seconds:g} s per measurement "
         f"in {ROUNDS} rounds, best round; load average {load[0]:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} cores). Each original played "
         "the same task and actions as ours, in a process of its own, and showed the same texts "
         f"(checked before timing). {_versions()}\n\n"
-        + "\n".join(f"- {line}" for line in HOW_THE_ORIGINALS_RAN))
+        + "\n".join(f"- {line}" for line in HOW_THE_ORIGINALS_RAN)
+    )
     report(table, args.out)
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in rows], indent=2) + "\n")

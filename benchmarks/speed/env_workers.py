@@ -1,9 +1,9 @@
 """Environment-worker throughput: ALFWorld episodes per minute with 1, 2 and 4 workers, and Ray's
 overhead against local worker processes on the same workload.
 
-    python -m agentenvs.benchmarks.env_workers_speed                 # 16 ALFWorld expert episodes
-    python -m agentenvs.benchmarks.env_workers_speed --quick         # 8 episodes, fewer configurations
-    python -m agentenvs.benchmarks.env_workers_speed --policy random:0 --max-turns 20
+    python -m agentenvs.benchmarks.speed.env_workers                 # 16 ALFWorld expert episodes
+    python -m agentenvs.benchmarks.speed.env_workers --quick         # 8 episodes, fewer configurations
+    python -m agentenvs.benchmarks.speed.env_workers --policy random:0 --max-turns 20
 
 Every configuration plays the same ALFWorld test episodes with a scripted policy (the expert by
 default; it acts next to the environments, inside the workers), all in flight together, so the
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.timing import report
+from agentenvs.benchmarks.speed.timing import report
 from agentenvs.textcraft import TextCraftEnv
 
 __all__ = [
@@ -60,7 +60,7 @@ __all__ = [
 
 ALFWORLD = "ALFWorld-v0"
 FALLBACK = "TextCraft-v0"
-FALLBACK_FACTORY = "agentenvs.benchmarks.env_workers_speed:costly_textcraft"
+FALLBACK_FACTORY = "agentenvs.benchmarks.speed.env_workers:costly_textcraft"
 STEP_COST_S = 0.040
 RESET_COST_S = 0.300
 RAY_OVERHEAD_TARGET = 0.10

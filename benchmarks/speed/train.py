@@ -1,8 +1,8 @@
 """Training speed: tokens per second and where an RL iteration's time goes.
 
-    python -m agentenvs.benchmarks.train_speed --mode cpu            # the RL loop with the tiny model
-    python -m agentenvs.benchmarks.train_speed --mode gpu            # Qwen3-1.7B shape, bf16 (needs CUDA)
-    python -m agentenvs.benchmarks.train_speed --mode gpu --device cpu --shape small   # the GPU code path,
+    python -m agentenvs.benchmarks.speed.train --mode cpu            # the RL loop with the tiny model
+    python -m agentenvs.benchmarks.speed.train --mode gpu            # Qwen3-1.7B shape, bf16 (needs CUDA)
+    python -m agentenvs.benchmarks.speed.train --mode gpu --device cpu --shape small   # the GPU code path,
                                                            # checked on CPU with a small shape
 
 ``cpu`` runs the real loop (:class:`agentenvs.train.rl.RLTrainer`, PTGPO) on TextCraft with the tiny
@@ -19,7 +19,7 @@ FLOPs utilisation: FLOPs counted as 6 x non-embedding parameters per token, 6 x 
 per reply token (logits are computed only where a log-prob is needed), and causal attention
 6 x layers x d_attn x S^2 per row (x 1/3 of each for the forward-only old-log-prob pass),
 over the bf16 dense peak (``--peak-tflops``; default
-:data:`agentenvs.benchmarks.model_shapes.BF16_DENSE_PEAK_TFLOPS` on an H100 or H200).
+:data:`agentenvs.benchmarks.speed.model_shapes.BF16_DENSE_PEAK_TFLOPS` on an H100 or H200).
 
 ``generate`` (also part of ``gpu``) compares the rollout side with the trainer's side on the same
 randomly initialised model (fp32 weights, bf16 autocast on GPUs, as the RL loop holds it):
@@ -28,8 +28,8 @@ in generated tokens per second, against the trainer's forward pass over the same
 old-log-prob pass) in tokens per second, and their ratio: how much faster the trainer reads a
 token than the rollout engine writes one (the gap vLLM closes).
 
-    python -m agentenvs.benchmarks.train_speed --mode generate      # Qwen3-1.7B shape on CUDA
-    python -m agentenvs.benchmarks.train_speed --mode generate --device cpu --shape small
+    python -m agentenvs.benchmarks.speed.train --mode generate      # Qwen3-1.7B shape on CUDA
+    python -m agentenvs.benchmarks.speed.train --mode generate --device cpu --shape small
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.model_shapes import (
+from agentenvs.benchmarks.speed.model_shapes import (
     QWEN3_1P7B,
     ModelShape,
     nonembedding_parameters,

@@ -1,8 +1,8 @@
 """Environment speed benchmark: reset, step and snapshot/restore times, as one table.
 
-    python -m agentenvs.benchmarks.env_speed                 # every environment
-    python -m agentenvs.benchmarks.env_speed TextCraft-v0    # one
-    python -m agentenvs.benchmarks.env_speed --quick --out results/env_speed.md
+    python -m agentenvs.benchmarks.speed.envs                 # every environment
+    python -m agentenvs.benchmarks.speed.envs TextCraft-v0    # one
+    python -m agentenvs.benchmarks.speed.envs --quick --out results/env_speed.md
 
 Each environment's module in ``benchmarks/speed/`` has ``bench(quick: bool) -> list[SpeedRow]``;
 its rows compare against a baseline measured in the same run (raw engine calls, replay from
@@ -16,7 +16,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from agentenvs.benchmarks.timing import SpeedRow, format_table, report
+from agentenvs.benchmarks.speed.timing import SpeedRow, format_table, report
 
 __all__ = ["BENCHES", "run", "main"]
 

@@ -1,8 +1,8 @@
 """PTGPO advantage cost on a 16 groups x 8 episodes x 50 steps batch, and its growth with length.
 
-    python -m agentenvs.benchmarks.ptgpo_speed                      # the full table
-    python -m agentenvs.benchmarks.ptgpo_speed --quick              # fewer repeats
-    python -m agentenvs.benchmarks.ptgpo_speed --out results/ptgpo_speed.md
+    python -m agentenvs.benchmarks.speed.ptgpo                      # the full table
+    python -m agentenvs.benchmarks.speed.ptgpo --quick              # fewer repeats
+    python -m agentenvs.benchmarks.speed.ptgpo --out results/ptgpo_speed.md
 
 The batch comes from a toy corridor (rooms 0-9, goal in room 9) walked by a biased random
 policy: the anchor is the room's description, so anchor groups are large and action prefixes
@@ -20,8 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from agentenvs.benchmarks.timing import SpeedRow, format_table, per_call, report
-from agentenvs.train.advantages import AdvantageBatch, Step, get_advantage_estimator, ptgpo_advantages
+from agentenvs.benchmarks.speed.timing import SpeedRow, format_table, per_call, report
+from agentenvs.train.advantages import (
+    AdvantageBatch,
+    Step,
+    get_advantage_estimator,
+    ptgpo_advantages,
+)
 
 __all__ = ["GROUPS", "EPISODES", "LENGTHS", "corridor_groups", "bench", "growth_rows", "main"]
 

@@ -1,9 +1,9 @@
 """Serving speed: steps per second and step latency in process vs through ``agentenvs serve``.
 
-    python -m agentenvs.benchmarks.serve_speed                      # all five environments
-    python -m agentenvs.benchmarks.serve_speed TextCraft-v0 --seconds 10
-    python -m agentenvs.benchmarks.serve_speed --clients 1,16,64 --workers 1,2 --json out.json
-    python -m agentenvs.benchmarks.serve_speed TextCraft-v0 --batch-episodes 1,16,64
+    python -m agentenvs.benchmarks.speed.serve                      # all five environments
+    python -m agentenvs.benchmarks.speed.serve TextCraft-v0 --seconds 10
+    python -m agentenvs.benchmarks.speed.serve --clients 1,16,64 --workers 1,2 --json out.json
+    python -m agentenvs.benchmarks.speed.serve TextCraft-v0 --batch-episodes 1,16,64
 
 Per environment, all in the same run:
 
@@ -115,10 +115,13 @@ class Stats:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     def summary(self) -> dict[str, float]:
-        return {"steps": self.steps, "seconds": round(self.seconds, 3),
-                "steps_per_s": round(self.steps_per_s, 1),
-                "p50_ms": round(self.percentile(0.50) * 1e3, 4),
-                "p99_ms": round(self.percentile(0.99) * 1e3, 4)}
+        return {
+            "steps": self.steps,
+            "seconds": round(self.seconds, 3),
+            "steps_per_s": round(self.steps_per_s, 1),
+            "p50_ms": round(self.percentile(0.50) * 1e3, 4),
+            "p99_ms": round(self.percentile(0.99) * 1e3, 4),
+        }
 
 
 def workload(env_id: str, candidates: int = 8) -> Workload:
@@ -212,9 +215,24 @@ class Server:
         port = _free_ports(workers)
         self.urls = [("127.0.0.1", port + i) for i in range(workers)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentenvs.cli", "serve", env_id, "--port", str(port),
-             "--workers", str(workers), "--idle-timeout", "0", "--max-sessions", "4096"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "agentenvs.cli",
+                "serve",
+                env_id,
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--idle-timeout",
+                "0",
+                "--max-sessions",
+                "4096",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + 120
         for host, p in self.urls:
@@ -222,8 +240,7 @@ class Server:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"agentenvs serve exited: {self.proc.stderr.read()}")
                 try:
-                    _request(http.client.HTTPConnection(host, p, timeout=5), "GET",
-                             V1 + "/health")
+                    _request(http.client.HTTPConnection(host, p, timeout=5), "GET", V1 + "/health")
                     break
                 except OSError:
                     if time.monotonic() > deadline:
@@ -239,8 +256,9 @@ class Server:
             self.proc.wait()
 
 
-def _request(conn: http.client.HTTPConnection, method: str, path: str,
-             body: dict[str, Any] | None = None) -> dict[str, Any]:
+def _request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"content-type": "application/json"} if data is not None else {}
     conn.request(method, path, data, headers)
@@ -262,8 +280,9 @@ def run_through_server(work: Workload, server: Server, clients: int, seconds: fl
         conn = http.client.HTTPConnection(host, port, timeout=120)
         stats = results[i]
         try:
-            sid = _request(conn, "POST", V1 + "/sessions",
-                           {"env_kwargs": {"max_turns": BIG_BUDGET}})["session"]
+            sid = _request(
+                conn, "POST", V1 + "/sessions", {"env_kwargs": {"max_turns": BIG_BUDGET}}
+            )["session"]
             reset = {"session": sid, "task_id": work.task_id}
             _request(conn, "POST", V1 + "/reset", reset)
             bodies = [json.dumps({"session": sid, "action": a}).encode() for a in work.actions]
@@ -302,8 +321,7 @@ def run_through_server(work: Workload, server: Server, clients: int, seconds: fl
         t.join(timeout=seconds + 300)
     if errors:
         raise RuntimeError(f"{len(errors)} of {clients} clients failed: {errors[0]!r}")
-    total = Stats(steps=sum(r.steps for r in results),
-                  seconds=max(r.seconds for r in results))
+    total = Stats(steps=sum(r.steps for r in results), seconds=max(r.seconds for r in results))
     total.latencies = [x for r in results for x in r.latencies]
     return total
 
@@ -360,8 +378,9 @@ def run_batch_through_server(
 
     try:
         kwargs = {"env_kwargs": {"max_turns": BIG_BUDGET}}
-        sessions = [_request(conn, "POST", V1 + "/sessions", kwargs)["session"]
-                    for _ in range(episodes)]
+        sessions = [
+            _request(conn, "POST", V1 + "/sessions", kwargs)["session"] for _ in range(episodes)
+        ]
         resets = {"resets": [{"session": sid, "task_id": work.task_id} for sid in sessions]}
         batch("/reset_batch", resets)  # (warm)
         stats = Stats()
@@ -371,8 +390,10 @@ def run_batch_through_server(
             batch("/reset_batch", resets)
             for action in work.actions:
                 s = clock()
-                batch("/step_batch", {"steps": [{"session": sid, "action": action}
-                                                for sid in sessions]})
+                batch(
+                    "/step_batch",
+                    {"steps": [{"session": sid, "action": action} for sid in sessions]},
+                )
                 stats.latencies.append(clock() - s)
             stats.steps += episodes * len(work.actions)
         stats.seconds = clock() - t0
@@ -424,23 +445,34 @@ def bench_batched(work: Workload, episodes: list[int], seconds: float) -> dict[s
                 lambda n=n: run_batch_in_process(work, n, part),
                 lambda n=n: run_batch_through_server(work, server, n, part),
             )
-            rows.append({"episodes": n, "in_process": base.summary(), "server": stats.summary(),
-                         "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4)})
+            rows.append(
+                {
+                    "episodes": n,
+                    "in_process": base.summary(),
+                    "server": stats.summary(),
+                    "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4),
+                }
+            )
         n = max(episodes)
         kwargs = {"max_turns": BIG_BUDGET}
         url = "http://{}:{}".format(*server.urls[0])
-        with InProcessPool(work.env_id, kwargs) as here, HttpPool(
-            work.env_id, [url], kwargs
-        ) as there:
+        with (
+            InProcessPool(work.env_id, kwargs) as here,
+            HttpPool(work.env_id, [url], kwargs) as there,
+        ):
             base, stats = _best_rounds(
                 lambda: run_pool(work, here, n, part), lambda: run_pool(work, there, n, part)
             )
             requests = dict(there.requests)
     finally:
         server.close()
-    pools = {"episodes": n, "in_process_pool": base.summary(), "http_pool": stats.summary(),
-             "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4),
-             "requests": requests}
+    pools = {
+        "episodes": n,
+        "in_process_pool": base.summary(),
+        "http_pool": stats.summary(),
+        "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4),
+        "requests": requests,
+    }
     return {"rows": rows, "pools": pools}
 
 
@@ -473,21 +505,31 @@ def bench_env(
         server = Server(env_id, w)
         try:
             run_through_server(work, server, 1, min(0.5, seconds))  # warm: imports, first reset
-            for c in (clients if w == workers[0] else [max(clients)]):
+            for c in clients if w == workers[0] else [max(clients)]:
                 stats = run_through_server(work, server, c, seconds)
                 base = in_proc[w]
-                rows.append({
-                    "workers": w, "clients": c, **stats.summary(),
-                    "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4),
-                    "baseline": f"{w} in-process environment(s) in {w} process(es)",
-                    "added_p50_ms": round((stats.percentile(0.5)
-                                           - in_proc[1].percentile(0.5)) * 1e3, 4),
-                })
+                rows.append(
+                    {
+                        "workers": w,
+                        "clients": c,
+                        **stats.summary(),
+                        "ratio_steps_per_s": round(stats.steps_per_s / base.steps_per_s, 4),
+                        "baseline": f"{w} in-process environment(s) in {w} process(es)",
+                        "added_p50_ms": round(
+                            (stats.percentile(0.5) - in_proc[1].percentile(0.5)) * 1e3, 4
+                        ),
+                    }
+                )
         finally:
             server.close()
-    return {"env_id": env_id, "task_id": work.task_id, "episode_steps": len(work.actions),
-            "in_process": {str(n): s.summary() for n, s in in_proc.items()}, "server": rows,
-            "batched": batched}
+    return {
+        "env_id": env_id,
+        "task_id": work.task_id,
+        "episode_steps": len(work.actions),
+        "in_process": {str(n): s.summary() for n, s in in_proc.items()},
+        "server": rows,
+        "batched": batched,
+    }
 
 
 def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -498,56 +540,89 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         for row in r["server"]:
             if row["workers"] == 1 and row["clients"] == 1:
-                out.append({"target": f"TextCraft: server adds <= {TARGET_ADDED_P50_MS:g} ms to "
-                            "the p50 step at 1 client", "measured_ms": row["added_p50_ms"],
-                            "met": row["added_p50_ms"] <= TARGET_ADDED_P50_MS})
+                out.append(
+                    {
+                        "target": f"TextCraft: server adds <= {TARGET_ADDED_P50_MS:g} ms to "
+                        "the p50 step at 1 client",
+                        "measured_ms": row["added_p50_ms"],
+                        "met": row["added_p50_ms"] <= TARGET_ADDED_P50_MS,
+                    }
+                )
             if row["workers"] == 2 and row["clients"] == 64:
-                out.append({"target": "TextCraft: 64 clients, --workers 2 >= "
-                            f"{TARGET_SHARE_64_CLIENTS:.0%} of 2 in-process environments in 2 "
-                            "processes", "measured_ratio": row["ratio_steps_per_s"],
-                            "met": row["ratio_steps_per_s"] >= TARGET_SHARE_64_CLIENTS})
+                out.append(
+                    {
+                        "target": "TextCraft: 64 clients, --workers 2 >= "
+                        f"{TARGET_SHARE_64_CLIENTS:.0%} of 2 in-process environments in 2 "
+                        "processes",
+                        "measured_ratio": row["ratio_steps_per_s"],
+                        "met": row["ratio_steps_per_s"] >= TARGET_SHARE_64_CLIENTS,
+                    }
+                )
         for row in (r.get("batched") or {}).get("rows", []):
             if row["episodes"] == BATCH_TARGET_EPISODES:
-                out.append({"target": f"TextCraft: {BATCH_TARGET_EPISODES} episodes in step "
-                            f"batches through one server >= {BATCH_TARGET:.0%} of the same "
-                            "steps in process", "measured_ratio": row["ratio_steps_per_s"],
-                            "met": row["ratio_steps_per_s"] >= BATCH_TARGET})
+                out.append(
+                    {
+                        "target": f"TextCraft: {BATCH_TARGET_EPISODES} episodes in step "
+                        f"batches through one server >= {BATCH_TARGET:.0%} of the same "
+                        "steps in process",
+                        "measured_ratio": row["ratio_steps_per_s"],
+                        "met": row["ratio_steps_per_s"] >= BATCH_TARGET,
+                    }
+                )
     return out
 
 
 def machine() -> dict[str, Any]:
-    return {"platform": platform.platform(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
-    lines = ["| env | where | workers | clients | steps/s | p50 ms | p99 ms | ratio | +p50 ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| env | where | workers | clients | steps/s | p50 ms | p99 ms | ratio | +p50 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         for n, s in r["in_process"].items():
-            lines.append(f"| {r['env_id']} | in process x{n} | {n} | - | {s['steps_per_s']:.0f} "
-                         f"| {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | 1 | - |")
+            lines.append(
+                f"| {r['env_id']} | in process x{n} | {n} | - | {s['steps_per_s']:.0f} "
+                f"| {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | 1 | - |"
+            )
         for row in r["server"]:
-            lines.append(f"| {r['env_id']} | server | {row['workers']} | {row['clients']} | "
-                         f"{row['steps_per_s']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | "
-                         f"{row['ratio_steps_per_s']:.3f} | {row['added_p50_ms']:.3f} |")
+            lines.append(
+                f"| {r['env_id']} | server | {row['workers']} | {row['clients']} | "
+                f"{row['steps_per_s']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | "
+                f"{row['ratio_steps_per_s']:.3f} | {row['added_p50_ms']:.3f} |"
+            )
     batched = [r for r in results if r.get("batched")]
     if batched:
-        lines += ["", "| env | episodes | in process steps/s | step batches steps/s | ratio | "
-                  "p50 ms per turn (in process / batch request) |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| env | episodes | in process steps/s | step batches steps/s | ratio | "
+            "p50 ms per turn (in process / batch request) |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in batched:
             for row in r["batched"]["rows"]:
                 here, there = row["in_process"], row["server"]
-                lines.append(f"| {r['env_id']} | {row['episodes']} | {here['steps_per_s']:.0f} | "
-                             f"{there['steps_per_s']:.0f} | {row['ratio_steps_per_s']:.3f} | "
-                             f"{here['p50_ms']:.3f} / {there['p50_ms']:.3f} |")
+                lines.append(
+                    f"| {r['env_id']} | {row['episodes']} | {here['steps_per_s']:.0f} | "
+                    f"{there['steps_per_s']:.0f} | {row['ratio_steps_per_s']:.3f} | "
+                    f"{here['p50_ms']:.3f} / {there['p50_ms']:.3f} |"
+                )
             p = r["batched"]["pools"]
-            lines.append(f"| {r['env_id']} | {p['episodes']}, pools | "
-                         f"{p['in_process_pool']['steps_per_s']:.0f} (in-process pool) | "
-                         f"{p['http_pool']['steps_per_s']:.0f} (http pool) | "
-                         f"{p['ratio_steps_per_s']:.3f} | {p['in_process_pool']['p50_ms']:.3f} / "
-                         f"{p['http_pool']['p50_ms']:.3f} |")
+            lines.append(
+                f"| {r['env_id']} | {p['episodes']}, pools | "
+                f"{p['in_process_pool']['steps_per_s']:.0f} (in-process pool) | "
+                f"{p['http_pool']['steps_per_s']:.0f} (http pool) | "
+                f"{p['ratio_steps_per_s']:.3f} | {p['in_process_pool']['p50_ms']:.3f} / "
+                f"{p['http_pool']['p50_ms']:.3f} |"
+            )
     return "\n".join(lines)
 
 
@@ -557,11 +632,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement (default 5)")
     parser.add_argument("--clients", default="1,16,64", help="concurrent clients (default 1,16,64)")
     parser.add_argument("--workers", default="1,2", help="server workers (default 1,2)")
-    parser.add_argument("--batch-episodes", default="1,16,64",
-                        help="episodes stepped together in batches through one server, and in "
-                        "process (default 1,16,64; '' for none)")
-    parser.add_argument("--json", type=Path, default=Path("results/serve_speed.json"),
-                        help="write the results here (default results/serve_speed.json)")
+    parser.add_argument(
+        "--batch-episodes",
+        default="1,16,64",
+        help="episodes stepped together in batches through one server, and in "
+        "process (default 1,16,64; '' for none)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path("results/serve_speed.json"),
+        help="write the results here (default results/serve_speed.json)",
+    )
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
@@ -574,15 +656,23 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_env(env_id, clients, workers, args.seconds, batch_episodes))
         except ImportError as exc:  # an optional extra not installed here
             print(f"skipping {env_id}: {exc}", file=sys.stderr)
-    record = {"benchmark": "serve_speed", "date": started.isoformat(timespec="seconds"),
-              "machine": {**machine(), "load_average_start": load_at_start},
-              "seconds": args.seconds, "clients": clients, "workers": workers,
-              "batch_episodes": batch_episodes,
-              "results": results, "targets": targets(results)}
+    record = {
+        "benchmark": "serve_speed",
+        "date": started.isoformat(timespec="seconds"),
+        "machine": {**machine(), "load_average_start": load_at_start},
+        "seconds": args.seconds,
+        "clients": clients,
+        "workers": workers,
+        "batch_episodes": batch_episodes,
+        "results": results,
+        "targets": targets(results),
+    }
     print(format_table(results))
     for t in record["targets"]:
-        print(f"{'MET' if t['met'] else 'NOT MET'}: {t['target']}: "
-              f"{t.get('measured_ms', t.get('measured_ratio'))}")
+        print(
+            f"{'MET' if t['met'] else 'NOT MET'}: {t['target']}: "
+            f"{t.get('measured_ms', t.get('measured_ratio'))}"
+        )
     print(f"machine: {record['machine']}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """WebShop search parity: our Python BM25 against Lucene's real rankings.
 
-    python -m agentenvs.benchmarks.webshop_search_parity [--gold PATH] [--show 5]
+    python -m agentenvs.benchmarks.speed.webshop_search_parity [--gold PATH] [--show 5]
 
 The gold file (``$AGENTENVS_ORIGINALS/webshop/lucene_gold_1k.json`` unless ``--gold``; not part of
 the repository) holds, for 1,076 queries, the top 50 ASINs and scores that Lucene 9 BM25 (k1 0.9,

@@ -1,6 +1,6 @@
 """No wasted passes: the trainer's side of an iteration with and without the zero-advantage skip.
 
-    python -m agentenvs.benchmarks.zero_advantage_speed [--rows 64] [--zero-frac 1.0 0.75 0.0]
+    python -m agentenvs.benchmarks.speed.zero_advantage [--rows 64] [--zero-frac 1.0 0.75 0.0]
 
 A batch where every group had equal rewards (all advantages 0, prefix advantage 0) cannot change
 a weight; the trainer skips the old-log-prob and update passes of such rows
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.timing import report
-from agentenvs.benchmarks.train_speed import SMALL_SHAPE, _random_model, _synthetic_rows
+from agentenvs.benchmarks.speed.timing import report
+from agentenvs.benchmarks.speed.train import SMALL_SHAPE, _random_model, _synthetic_rows
 
 __all__ = ["main", "trainer_side_seconds"]
 

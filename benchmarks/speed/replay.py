@@ -1,8 +1,8 @@
 """Replay-validation speed on TextCraft: queries validated per second, and what snapshots save.
 
-    python -m agentenvs.benchmarks.replay_speed                 # the full table
-    python -m agentenvs.benchmarks.replay_speed --quick         # fewer repeats
-    python -m agentenvs.benchmarks.replay_speed --out results/replay_speed.md
+    python -m agentenvs.benchmarks.speed.replay                 # the full table
+    python -m agentenvs.benchmarks.speed.replay --quick         # fewer repeats
+    python -m agentenvs.benchmarks.speed.replay --out results/replay_speed.md
 
 Teacher trajectories are the scripted expert's on TextCraft's 100 test tasks, played by
 :func:`agentenvs.agents.rollout.run_rollouts` (so their messages are the paper's format). Two query sets:
@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentenvs.benchmarks.timing import SpeedRow, format_table, median_time, report
+from agentenvs.benchmarks.speed.timing import SpeedRow, format_table, median_time, report
 from agentenvs.replay.cuts import CutConfig, CutStrategy, queries_for_trajectory
 from agentenvs.replay.io import QUERY_SCHEMA, write_rows
 from agentenvs.replay.query import CutQuery, DroppedCut, build_query, raw_query
