@@ -20,14 +20,14 @@ Nothing found, or an empty action, is a :class:`ParseResult` with ``action`` Non
 ``error`` that says what was missing; the rollout turns it into format-error feedback without
 stepping the environment.
 
-The benchmark protocols (:mod:`agentenvs.agents.protocols`) name their parser in :data:`PARSERS`: the
-reply-format parsers above (``agentgym-babyai`` lower-cases the action as Prefix-GRPO's BabyAI
-interaction does), Prefix-GRPO's ALFWorld ``extract_action`` (:func:`parse_agentgym_alfworld`),
-and verl-agent's projections (:func:`project_verl_agent`). A projection never returns ``action``
-None: a reply that breaks the format still becomes an action that is stepped (the reply's last
-30 / 20 characters for ALFWorld / WebShop, ``still`` for Sokoban), with ``error`` saying why it
-is invalid, so the step is recorded ``valid = False`` and the trainer's invalid-action penalty
-applies (verl-agent's ``is_action_valid``).
+The benchmark protocols (:mod:`agentenvs.agents.protocols`) name their parser in :data:`PARSERS`:
+the reply-format parsers above (``agentgym-babyai`` lower-cases the action as Prefix-GRPO's BabyAI
+interaction does), Prefix-GRPO's ALFWorld ``extract_action`` (:func:`parse_agentgym_alfworld`), and
+verl-agent's projections (:func:`project_verl_agent`). A projection never returns ``action`` None: a
+reply that breaks the format still becomes an action that is stepped (the reply's last 30 / 20
+characters for ALFWorld / WebShop, ``still`` for Sokoban), with ``error`` saying why it is invalid,
+so the step is recorded ``valid = False`` and the trainer's invalid-action penalty applies
+(verl-agent's ``is_action_valid``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Batched rollouts: N tasks x k samples played together, one generation call per turn.
 
 :func:`run_rollouts` keeps up to ``max_active`` episodes in flight. Each turn it builds every
-active episode's prompt (:class:`agentenvs.agents.prompts.Conversation`, history window applied), makes
-**one** ``policy.generate`` call over all of them (scripted policies act next to their
+active episode's prompt (:class:`agentenvs.agents.prompts.Conversation`, history window applied),
+makes **one** ``policy.generate`` call over all of them (scripted policies act next to their
 environments instead), parses each reply (:func:`agentenvs.agents.prompts.parse_action`), steps the
 environments whose reply had an action in one batch (in this process, in worker processes or
 on Ray actors: :mod:`agentenvs.agents.envworkers`), and answers the others with the format-error
@@ -29,16 +29,16 @@ only), the ``prefix_turns`` that count against ``max_turns``, and optionally the
 ``cut_observation``: a replay that no longer reaches it (neither equal nor an ``env.match``), that
 ends the episode, or that raises, ends the episode with ``error`` ("replay failed: ...").
 
-A benchmark protocol (``RolloutConfig.protocol``, :mod:`agentenvs.agents.protocols`) chooses the prompt,
-the parser, what an unparseable reply does and the environment's variant keywords
-(:class:`agentenvs.agents.protocol_rules.ProtocolRules`, resolved once per run; each episode is
-an :class:`agentenvs.agents.episode.Episode`, the stepper the TRL and verl integrations use too): with
+A benchmark protocol (``RolloutConfig.protocol``, :mod:`agentenvs.agents.protocols`) chooses the
+prompt, the parser, what an unparseable reply does and the environment's variant keywords
+(:class:`agentenvs.agents.protocol_rules.ProtocolRules`, resolved once per run; each episode is an
+:class:`agentenvs.agents.episode.Episode`, the stepper the TRL and verl integrations use too): with
 ``unparseable="feedback"`` (Prefix-GRPO's) as above, with its feedback text; with ``"project"``
-(verl-agent's) the parser's projection of every reply is stepped, and a reply that broke the
-format is recorded ``valid = False`` with ``info["format_error"]`` (the raw reply is the step's
-``completion``), which the trainer's invalid-action penalty reads. Scripted policies' replies
-are rewritten in the protocol's reply format. Every trajectory records the protocol, its
-prompt and the environment's ``variant``.
+(verl-agent's) the parser's projection of every reply is stepped, and a reply that broke the format
+is recorded ``valid = False`` with ``info["format_error"]`` (the raw reply is the step's
+``completion``), which the trainer's invalid-action penalty reads. Scripted policies' replies are
+rewritten in the protocol's reply format. Every trajectory records the protocol, its prompt and the
+environment's ``variant``.
 
 Language-model policies get each episode's key (``"<group id>/<sample index>"``) with its
 conversation (``generate(..., keys=...)``), so a backend can keep the episode's KV cache from
@@ -91,21 +91,21 @@ class RolloutConfig:
     ``max_active``: episodes in flight at once (each generation call batches all of them).
     ``workers``: where environments step, a count or an environment-worker spec (0 or
     ``"inprocess"``: here; N or ``"process:N"``: N worker processes; ``"ray:N@ADDRESS"``: Ray
-    actors; :mod:`agentenvs.agents.envworkers`). ``env_kwargs``: passed to ``agentenvs.make`` (after the
-    protocol's). ``protocol``: a benchmark protocol's name (:mod:`agentenvs.agents.protocols`);
-    ``"default"`` (the default): the environment's default protocol; None: none, the
-    environment's default prompt and reply format, an unparseable reply answered with
-    :func:`agentenvs.agents.prompts.format_error_feedback`. ``history="default"`` means the protocol's
-    window (without one, the prompt's). ``episode_seeds`` (with ``sampling.seed``): each reply
-    is drawn with its own seed, :func:`episode_seed` of the seed, the episode's key and its
+    actors; :mod:`agentenvs.agents.envworkers`). ``env_kwargs``: passed to ``agentenvs.make`` (after
+    the protocol's). ``protocol``: a benchmark protocol's name (:mod:`agentenvs.agents.protocols`);
+    ``"default"`` (the default): the environment's default protocol; None: none, the environment's
+    default prompt and reply format, an unparseable reply answered with
+    :func:`agentenvs.agents.prompts.format_error_feedback`. ``history="default"`` means the
+    protocol's window (without one, the prompt's). ``episode_seeds`` (with ``sampling.seed``): each
+    reply is drawn with its own seed, :func:`episode_seed` of the seed, the episode's key and its
     turn, instead of one seed per generation call (the default, ``seed + call number``): an
     episode's draws then do not depend on which episodes share its batch, in what order, or on
-    ``max_active``; trajectories record it. Whether the replies are then identical depends on
-    the backend's arithmetic, where a row's float sums may run in another order in another
-    batch: with the embedded agent's defaults every reply of ``agentenvs.benchmarks.speed.rollout``'s
-    8 episodes x 4 turns was the same, bit for bit, batched and one at a time (README).
-    ``env_timeout``: seconds one environment operation may take on remote workers (process, Ray,
-    http; None: no limit) before the worker counts as hung
+    ``max_active``; trajectories record it. Whether the replies are then identical depends on the
+    backend's arithmetic, where a row's float sums may run in another order in another batch: with
+    the embedded agent's defaults every reply of ``agentenvs.benchmarks.speed.rollout``'s 8 episodes
+    x 4 turns was the same, bit for bit, batched and one at a time (README). ``env_timeout``:
+    seconds one environment operation may take on remote workers (process, Ray, http; None: no
+    limit) before the worker counts as hung
     (:data:`~agentenvs.agents.envworkers.DEFAULT_ENV_TIMEOUT_S` by default).
     """
 

@@ -1,9 +1,9 @@
 """Scripted policies that act from environment state: the expert and the random agent.
 
-Both write their replies in the environment's reply format (:func:`agentenvs.agents.prompts.format_reply`),
-so their trajectories look exactly like a model's and expert ones are ready for SFT; the thought
-and action also go in ``Completion.extra``, so a rollout under a benchmark protocol rewrites the
-reply in that protocol's format.
+Both write their replies in the environment's reply format
+(:func:`agentenvs.agents.prompts.format_reply`), so their trajectories look exactly like a model's
+and expert ones are ready for SFT; the thought and action also go in ``Completion.extra``, so a
+rollout under a benchmark protocol rewrites the reply in that protocol's format.
 
 The random agent picks uniformly among the environment's admissible actions; where the
 environment lists none (TextCraft), among the well-formed actions its observation suggests

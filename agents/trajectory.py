@@ -1,8 +1,8 @@
 """Trajectory records and their JSONL files.
 
 One episode is one JSON line (docs/architecture.md, "Trajectories"): the schema version, which
-environment, task, group and sample it was, which agent played it, the full message list, a record per step, the
-outcome, and, for LLM policies, the token ids and log-probs of every generated turn.
+environment, task, group and sample it was, which agent played it, the full message list, a record
+per step, the outcome, and, for LLM policies, the token ids and log-probs of every generated turn.
 
 Schema versions: 2 adds ``protocol`` (the benchmark protocol's name,
 :mod:`agentenvs.agents.protocols`; None: none) and ``variant`` (the environment's outcome-changing

@@ -1,7 +1,8 @@
 """``make demo``: the expert and the random agent on every registered environment's test split.
 
     python -m agentenvs.benchmarks.demo                       # all registered environments
-    python -m agentenvs.benchmarks.demo TextCraft-v0 --k 8    # one, Avg@8 / Pass@8 for the random agent
+    # one, Avg@8 / Pass@8 for the random agent
+    python -m agentenvs.benchmarks.demo TextCraft-v0 --k 8
 
 For each id in ``agentenvs.registration.ENVIRONMENTS`` (looked up when it runs, so environments
 that land later are picked up) that can be made here (an optional extra may be missing: it is

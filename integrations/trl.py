@@ -18,12 +18,12 @@ the chat template's tool-call syntax, and its return value is the tool message; 
 
 * the prompt is ours: :func:`train_dataset` rows carry the environment's system prompt and the
   ``task_id``; ``reset`` loads that task and returns the first user turn
-  (:class:`agentenvs.agents.prompts.Conversation`), followed by one sentence that says to act through the
-  ``act`` tool (:data:`TOOL_NOTE`);
+  (:class:`agentenvs.agents.prompts.Conversation`), followed by one sentence that says to act
+  through the ``act`` tool (:data:`TOOL_NOTE`);
 * the episode plays under a benchmark protocol (``protocol``, default: the environment's,
-  :data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; None: none): its environment keywords, prompt,
-  parser, unparseable-reply handling and training turn limit, as ``agentenvs train rl`` plays
-  it (:class:`agentenvs.agents.episode.TextEpisode`);
+  :data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; None: none): its environment keywords,
+  prompt, parser, unparseable-reply handling and training turn limit, as ``agentenvs train rl``
+  plays it (:class:`agentenvs.agents.episode.TextEpisode`);
 * the model acts with one tool, ``act(action)``; the action goes through the protocol's parser
   (:meth:`agentenvs.agents.episode.TextEpisode.act`: the reply format, e.g. ``[[ x ]]``, or a bare
   ``x``); an unparseable one gets the protocol's feedback (or, under a projecting protocol, its

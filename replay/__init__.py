@@ -4,10 +4,12 @@ Prefix-GRPO's data side (the Prefix-GRPO paper, §3.1-3.2, appendix 6.2-6.3):
 
 * :mod:`agentenvs.replay.cuts` — cut selection (entropy-change, raw-entropy, fixed-ratio; one raw
   no-prefix query per trajectory), on :mod:`agentenvs.replay.scoring`'s teacher-forced entropy;
-* :mod:`agentenvs.replay.validate` — replay validation (validated / mismatch / unverifiable / error) with
-  snapshot reuse across the cuts of one trajectory;
-* :mod:`agentenvs.replay.sidecar` — canonical prompts and prefix sidecars (span, mask, old log-probs);
-* :mod:`agentenvs.replay.stages` — the file-to-file stages behind ``agentenvs replay cuts|validate|sidecar``.
+* :mod:`agentenvs.replay.validate` — replay validation (validated / mismatch / unverifiable / error)
+  with snapshot reuse across the cuts of one trajectory;
+* :mod:`agentenvs.replay.sidecar` — canonical prompts and prefix sidecars (span, mask, old
+  log-probs);
+* :mod:`agentenvs.replay.stages` — the file-to-file stages behind ``agentenvs replay
+  cuts|validate|sidecar``.
 
 Importing this package does not import torch; the model is loaded only by the stages that need it.
 """

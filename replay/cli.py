@@ -54,8 +54,9 @@ def _run_stage(parser: argparse.ArgumentParser, out: Path, stage: Callable[[], A
 
 
 def _model(name: str | None) -> str | None:
-    """``--model``: embedded, a local directory or a hub id (:func:`agentenvs.agents.models.resolve_model`;
-    a bad one is a ``ValueError``, printed as a usage error)."""
+    """``--model``: embedded, a local directory or a hub id
+    (:func:`agentenvs.agents.models.resolve_model`; a bad one is a ``ValueError``, printed as a
+    usage error)."""
     from agentenvs.agents.models import resolve_model
 
     return None if name is None else resolve_model(name)

@@ -6,10 +6,10 @@ the prefix, the recorded cut observation, and the one-step probe (the teacher's 
 what the environment answered). :func:`build_query` makes one from a trajectory and a turn;
 :func:`raw_query` the no-prefix query every trajectory also contributes.
 
-Alignment with :class:`agentenvs.agents.trajectory.Trajectory`: the i-th assistant message is the reply of
-``steps[i]``; the message after it, when it is a user message, shows ``steps[i].observation``
-(the environment's answer, or the harness's format feedback when ``steps[i].action`` is None and
-the environment was not stepped).
+Alignment with :class:`agentenvs.agents.trajectory.Trajectory`: the i-th assistant message is the
+reply of ``steps[i]``; the message after it, when it is a user message, shows
+``steps[i].observation`` (the environment's answer, or the harness's format feedback when
+``steps[i].action`` is None and the environment was not stepped).
 
 The prompt of a query is what the policy sees at the cut state: :func:`agentenvs.agents.prompts.
 prompt_messages` rebuilt from the stored messages with the trajectory's history window

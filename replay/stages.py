@@ -3,8 +3,8 @@
     trajectories.jsonl --run_cuts--> queries.jsonl --run_validate--> validated.jsonl
         --run_sidecar--> samples.jsonl
 
-Each stage reads the previous stage's file (:mod:`agentenvs.replay.io` checks its schema and version),
-writes its own, shows a progress bar and returns a summary whose :meth:`table` is what the
+Each stage reads the previous stage's file (:mod:`agentenvs.replay.io` checks its schema and
+version), writes its own, shows a progress bar and returns a summary whose :meth:`table` is what the
 ``agentenvs replay ...`` commands print: counts by environment and strategy (and status), with the
 validated ratio per environment.
 """

@@ -4,7 +4,8 @@ Both the cut scorer (entropy over a whole teacher trajectory) and the sidecar (p
 mask over a canonical prompt) need the same thing: the token ids of a rendered conversation and,
 for every assistant message, the token span from the first token of its content through its
 end-of-turn token (``<|im_end|>`` in ChatML) — the "assistant tokens" of Prefix-GRPO
-(docs/architecture.md, "Prefix-GRPO settings": the span after ``<|im_start|>assistant`` through ``<|im_end|>``).
+(docs/architecture.md, "Prefix-GRPO settings": the span after ``<|im_start|>assistant`` through
+``<|im_end|>``).
 
 The spans come from character offsets, not from re-tokenising pieces: the whole text is tokenised
 once (so token boundaries are exactly those a trainer sees), and each assistant turn starts where

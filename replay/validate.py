@@ -1,9 +1,9 @@
 """Replay validation: does a cut-state query's prefix lead the environment where the teacher was?
 
-For each query (Prefix-GRPO §3.1.0.2, appendix 6.2.0.2; docs/architecture.md, "Validation"): start the
-environment at the trajectory's task id, apply the prefix actions, compare the replayed cut
-observation with the recorded one through ``env.match``, then probe one step with the teacher's
-next action and compare again. The status, by the first rule that applies:
+For each query (Prefix-GRPO §3.1.0.2, appendix 6.2.0.2; docs/architecture.md, "Validation"): start
+the environment at the trajectory's task id, apply the prefix actions, compare the replayed cut
+observation with the recorded one through ``env.match``, then probe one step with the teacher's next
+action and compare again. The status, by the first rule that applies:
 
 1. an exception anywhere (unknown task, the episode ending early, an environment error): ``error``;
 2. the cut observation has no shared field with the replayed one, or it is harness feedback the

@@ -18,8 +18,8 @@ module reproduces that ranking bit for bit where it can:
 * ties broken by the document id (the ASIN) in ascending order, as Anserini sorts hits.
 
 Against Lucene's own top-50 lists for 1,076 queries over the 1k-product index
-(``benchmarks/speed/webshop_search_parity.py``) this reproduces the exact top-10 for all but a handful
-of queries; see that script for the current figures.
+(``benchmarks/speed/webshop_search_parity.py``) this reproduces the exact top-10 for all but a
+handful of queries; see that script for the current figures.
 """
 
 from __future__ import annotations

@@ -281,8 +281,8 @@ def packed_cache(buffers: Sequence[tuple[Any, Any]], writes: Sequence[tuple[int,
 def select_rows(cache: Any, index: Any) -> Any:
     """A cache of only the batch rows ``index`` (a 1-D long tensor) of a :func:`buffer_cache`:
     new zeroed buffers of the same capacity with those rows' filled positions copied (zeros, not
-    garbage, past them: :mod:`agentenvs.agents.backends.cpu.attention` reads whole buffers, masked). None
-    for other caches (then the caller keeps the whole batch)."""
+    garbage, past them: :mod:`agentenvs.agents.backends.cpu.attention` reads whole buffers, masked).
+    None for other caches (then the caller keeps the whole batch)."""
     layers = getattr(cache, "layers", None)
     growing = _growing_layer_class()
     if growing is None or not layers or not all(type(la) is growing for la in layers):

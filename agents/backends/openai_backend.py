@@ -10,9 +10,9 @@ extra is installed.
   seconds doubling up to ``max_backoff``; ``Retry-After`` is honoured) for as long as
   ``retry_window`` seconds (default 300) from the request's first failure, so an outage shorter
   than that loses no episode in flight: the generation call just waits. A longer one (or more
-  than ``max_retries`` retries, when set) raises :class:`~agentenvs.agents.policy.BackendUnavailableError`;
-  ``agentenvs eval`` then stops with the finished episodes on disk and prints the command that
-  resumes the run.
+  than ``max_retries`` retries, when set) raises
+  :class:`~agentenvs.agents.policy.BackendUnavailableError`; ``agentenvs eval`` then stops with the
+  finished episodes on disk and prints the command that resumes the run.
 * Bad credentials (401/403) raise :class:`BackendAuthError` and an unknown model (404, or an
   error whose code or message names the model) :class:`BackendModelError`, at once, with the
   server's message: every request would fail the same way.

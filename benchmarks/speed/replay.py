@@ -5,7 +5,8 @@
     python -m agentenvs.benchmarks.speed.replay --out results/replay_speed.md
 
 Teacher trajectories are the scripted expert's on TextCraft's 100 test tasks, played by
-:func:`agentenvs.agents.rollout.run_rollouts` (so their messages are the paper's format). Two query sets:
+:func:`agentenvs.agents.rollout.run_rollouts` (so their messages are the paper's format). Two
+query sets:
 
 * ``paper``: per trajectory the raw query and the fixed-ratio cuts of ``paper-a`` (0.1, 0.3,
   0.5): at most 3 + 1 queries, the size of the default entropy-change top-3;

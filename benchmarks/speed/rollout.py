@@ -1,10 +1,11 @@
 """Rollout throughput: the CPU engine against the plain backend, and batched against one at a time.
 
-    python -m agentenvs.benchmarks.speed.rollout --threads 1   # 8 TextCraft episodes, tiny local model
+    python -m agentenvs.benchmarks.speed.rollout --threads 1  # 8 TextCraft episodes, tiny model
     python -m agentenvs.benchmarks.speed.rollout --quick
-    python -m agentenvs.benchmarks.speed.rollout --no-prefix-cache      # re-encode every turn's prompt
-    python -m agentenvs.benchmarks.speed.rollout --model-dir DIR        # another model
-    python -m agentenvs.benchmarks.speed.rollout --embedded --engine --threads 1 --doc docs/cpu-engine.md
+    python -m agentenvs.benchmarks.speed.rollout --no-prefix-cache  # re-encode every turn's prompt
+    python -m agentenvs.benchmarks.speed.rollout --model-dir DIR  # another model
+    python -m agentenvs.benchmarks.speed.rollout --embedded --engine --threads 1 \
+        --doc docs/cpu-engine.md
 
 ``--embedded`` runs SmolLM2-135M (the ``embedded`` agent) with that agent's options
 (:data:`agentenvs.agents.models.EMBEDDED_OPTIONS`: the CPU engine, ``cpu_engine="auto"``).

@@ -1,16 +1,16 @@
 """Training speed: tokens per second and where an RL iteration's time goes.
 
-    python -m agentenvs.benchmarks.speed.train --mode cpu            # the RL loop with the tiny model
-    python -m agentenvs.benchmarks.speed.train --mode gpu            # Qwen3-1.7B shape, bf16 (needs CUDA)
-    python -m agentenvs.benchmarks.speed.train --mode gpu --device cpu --shape small   # the GPU code path,
-                                                           # checked on CPU with a small shape
+    python -m agentenvs.benchmarks.speed.train --mode cpu  # the RL loop with the tiny model
+    python -m agentenvs.benchmarks.speed.train --mode gpu  # Qwen3-1.7B shape, bf16 (needs CUDA)
+    # the GPU code path, checked on CPU with a small shape:
+    python -m agentenvs.benchmarks.speed.train --mode gpu --device cpu --shape small
 
 ``cpu`` runs the real loop (:class:`agentenvs.train.rl.RLTrainer`, PTGPO) on TextCraft with the tiny
-randomly initialised model (:func:`agentenvs.agents.tiny_model.build_tiny_model`, the paper's prompts) and
-reports, per iteration after a warm-up one: training tokens per second in the update (prompt and
-reply tokens of every row, times the PPO epochs, over the update's time), end-to-end tokens per
-second, generated tokens per second, and the shares of time in rollout, advantage, old-log-prob
-recomputation and update.
+randomly initialised model (:func:`agentenvs.agents.tiny_model.build_tiny_model`, the paper's
+prompts) and reports, per iteration after a warm-up one: training tokens per second in the update
+(prompt and reply tokens of every row, times the PPO epochs, over the update's time), end-to-end
+tokens per second, generated tokens per second, and the shares of time in rollout, advantage,
+old-log-prob recomputation and update.
 
 ``gpu`` times the trainer's update path on synthetic rows (random token ids, random advantages)
 with a randomly initialised model of Qwen3-1.7B's shape: the old-log-prob pass and one PPO epoch

@@ -4,8 +4,9 @@
 
 The gold file (``$AGENTENVS_ORIGINALS/webshop/lucene_gold_1k.json`` unless ``--gold``; not part of
 the repository) holds, for 1,076 queries, the top 50 ASINs and scores that Lucene 9 BM25 (k1 0.9,
-b 0.4) with Anserini's default English analyzer returns over WebShop's 1k-product index. Prints the share of queries whose top 10 and top 50 are
-exactly Lucene's, and of hits whose score agrees to Lucene's four printed decimals.
+b 0.4) with Anserini's default English analyzer returns over WebShop's 1k-product index. Prints the
+share of queries whose top 10 and top 50 are exactly Lucene's, and of hits whose score agrees to
+Lucene's four printed decimals.
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@
 
 A batch where every group had equal rewards (all advantages 0, prefix advantage 0) cannot change
 a weight; the trainer skips the old-log-prob and update passes of such rows
-(:func:`agentenvs.train.rl.update.zero_advantage_rows`) and, when no row has a signal, the optimizer step.
-This times the old-log-prob pass plus the PPO epochs (what :meth:`agentenvs.train.rl.RLTrainer.iteration`
-runs after the rollout) on synthetic rows with a share ``zero-frac`` of zero-advantage rows, with
-the skip off (every pass, as before) and on, in the same run on the same model, and prints the
-ratio. The rollout is not part of it (it is the same either way).
+(:func:`agentenvs.train.rl.update.zero_advantage_rows`) and, when no row has a signal, the optimizer
+step. This times the old-log-prob pass plus the PPO epochs (what
+:meth:`agentenvs.train.rl.RLTrainer.iteration` runs after the rollout) on synthetic rows with a
+share ``zero-frac`` of zero-advantage rows, with the skip off (every pass, as before) and on, in the
+same run on the same model, and prints the ratio. The rollout is not part of it (it is the same
+either way).
 """
 
 from __future__ import annotations

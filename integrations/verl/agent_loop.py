@@ -2,9 +2,9 @@
 agentenvs episode under a benchmark protocol, with our prompts and parsers.
 
 verl calls ``run(sampling_params, **row)`` once per sample with the dataset row
-(:mod:`agentenvs.integrations.verl.dataset` writes ``extra_info = {env_id, task_id, protocol, ...}``).
-The episode plays under ``extra_info["protocol"]`` (the dataset command's ``--protocol``; a row
-without one: the environment's default protocol; ``"none"``: no protocol): the protocol's
+(:mod:`agentenvs.integrations.verl.dataset` writes ``extra_info = {env_id, task_id, protocol,
+...}``). The episode plays under ``extra_info["protocol"]`` (the dataset command's ``--protocol``; a
+row without one: the environment's default protocol; ``"none"``: no protocol): the protocol's
 environment keywords, prompt, parser, unparseable-reply handling (its feedback, or verl-agent's
 projection, stepped) and training turn limit (:class:`agentenvs.agents.episode.TextEpisode`). The
 loop:
@@ -20,11 +20,11 @@ loop:
    (``actor_rollout_ref.rollout.response_length``) is spent.
 
 A cut-state start (Prefix-GRPO's query: ``extra_info["prefix_replies"]``, the teacher's replies
-before the cut, written by ``python -m agentenvs.integrations.verl.dataset ENV --queries FILE``) first
-plays the teacher's replies: their tokens go into the response with mask 1, as if generated
+before the cut, written by ``python -m agentenvs.integrations.verl.dataset ENV --queries FILE``)
+first plays the teacher's replies: their tokens go into the response with mask 1, as if generated
 (rollout log-prob 0), each is parsed and stepped like a reply, and their spans are returned as
-``agentenvs_prefix_spans``; the student then continues from the cut state. The step keys cover
-the student's turns only; ``reward_score`` is the whole episode's reward.
+``agentenvs_prefix_spans``; the student then continues from the cut state. The step keys cover the
+student's turns only; ``reward_score`` is the whole episode's reward.
 
 Every turn stays in the context (verl trains on one continuous token sequence per sample, so our
 history window is not applied; WebShop's and Sokoban's template prompt is appended as each step's

@@ -11,8 +11,8 @@ Each row has the columns verl's ``RLHFDataset`` reads: ``data_source``
 turn naming the task: the agent loop replaces it with the reset observation), ``ability``
 (``agent``), ``reward_model`` (``{"style": "agentenvs", "ground_truth": ""}``: the reward is the
 environment's), ``agent_name`` (``agentenvs_agent``, the loop of
-:mod:`agentenvs.integrations.verl.agent_loop`) and ``extra_info`` (``env_id``, ``task_id``, ``split``,
-``index``, ``protocol``; verl hands it to the agent loop).
+:mod:`agentenvs.integrations.verl.agent_loop`) and ``extra_info`` (``env_id``, ``task_id``,
+``split``, ``index``, ``protocol``; verl hands it to the agent loop).
 
 ``--protocol NAME`` (default: the environment's default protocol,
 :data:`agentenvs.agents.protocols.DEFAULT_PROTOCOLS`; ``none``: no protocol) chooses the benchmark
@@ -23,7 +23,8 @@ from the environment made with its keywords, and ``extra_info["protocol"]`` (its
 With ``--queries`` (a ``replay`` stage file: queries, validated queries or samples) each row is
 one cut-state query of that environment instead: ``extra_info`` also carries ``query_id``,
 ``family`` and ``prefix_replies`` (the teacher's assistant turns before the cut), which the agent
-loop replays as prefix tokens of the response (Prefix-GRPO, :mod:`agentenvs.integrations.verl.prefix_loss`).
+loop replays as prefix tokens of the response (Prefix-GRPO,
+:mod:`agentenvs.integrations.verl.prefix_loss`).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 :func:`install` registers ``gigpo`` and ``ptgpo`` with
 ``verl.trainer.ppo.core_algos.register_adv_est``, so ``algorithm.adv_estimator=ptgpo`` names them
-in a verl config. The numbers are :mod:`agentenvs.train.advantages`' (the same functions our trainer runs).
+in a verl config. The numbers are :mod:`agentenvs.train.advantages`' (the same functions our trainer
+runs).
 
-Batch layout: one row per episode (what :mod:`agentenvs.integrations.verl.agent_loop` returns: the whole
-multi-turn conversation is the row's response). Step-level inputs travel in the ``DataProto``
+Batch layout: one row per episode (what :mod:`agentenvs.integrations.verl.agent_loop` returns: the
+whole multi-turn conversation is the row's response). Step-level inputs travel in the ``DataProto``
 non-tensor batch, one object (a list, one entry per assistant turn) per row:
 
 =============================  ======================================================
@@ -22,12 +23,13 @@ Two optional keys carry a protocol's invalid-action penalty (the agent loop writ
 ``agentenvs_format_valid`` (per turn: False where the reply broke the protocol's format,
 unparseable or projected) and ``agentenvs_invalid_penalty`` (per row: the penalty). The penalty
 is subtracted from the reward of each turn whose reply broke the format before the advantages
-are computed, as our trainer does (:mod:`agentenvs.train.rl.batch`); without the keys no penalty applies.
+are computed, as our trainer does (:mod:`agentenvs.train.rl.batch`); without the keys no penalty
+applies.
 
 (:data:`STEP_KEYS` lists the four required ``agentenvs_`` keys, :data:`PENALTY_KEYS` the two
 optional ones.) Each turn becomes one step row of an
-:class:`agentenvs.train.advantages.AdvantageBatch` (group ``uid``, episode = the verl row, step t); the
-step advantage is written on that turn's response tokens (times ``response_mask``: observation
+:class:`agentenvs.train.advantages.AdvantageBatch` (group ``uid``, episode = the verl row, step t);
+the step advantage is written on that turn's response tokens (times ``response_mask``: observation
 tokens stay 0). ``returns`` holds G_t on the same tokens.
 
 verl's ``compute_advantage`` hands the non-tensor batch only to its ``gdpo`` estimator, so
@@ -162,8 +164,8 @@ def _make_verl_estimator(name: str):
         if non_tensor_batch is None:
             raise ValueError(
                 f"adv_estimator={name} needs the DataProto's non-tensor batch "
-                f"({', '.join(STEP_KEYS)}): call agentenvs.integrations.verl.install() in the process "
-                "that computes advantages (verl's driver / TaskRunner)"
+                f"({', '.join(STEP_KEYS)}): call agentenvs.integrations.verl.install() in the "
+                "process that computes advantages (verl's driver / TaskRunner)"
             )
         batch = dict(non_tensor_batch)
         if index is not None:

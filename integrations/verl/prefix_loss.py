@@ -11,11 +11,11 @@ extra (B, L) tensors in the batch, aligned with ``responses``, say which tokens 
   ratio (when absent, verl's ``ref_log_prob`` is used: verl's reference policy is the initial
   model, which in Prefix-GRPO is the SFT model).
 
-The loss is :func:`agentenvs.train.prefix_loss.prefix_grpo_loss` (split objective by default: clipped
-continuation loss + weight * clipped prefix loss with A_pre from the row's continuation
+The loss is :func:`agentenvs.train.prefix_loss.prefix_grpo_loss` (split objective by default:
+clipped continuation loss + weight * clipped prefix loss with A_pre from the row's continuation
 advantages, ``cont_abs``), on continuation tokens = ``response_mask`` and not prefix, with verl's
-``clip_ratio_low`` / ``clip_ratio_high`` / ``clip_ratio_c`` and ``loss_agg_mode``; prefix
-settings (:class:`agentenvs.train.prefix_loss.PrefixConfig`) from :func:`configure`. Rows without a prefix
+``clip_ratio_low`` / ``clip_ratio_high`` / ``clip_ratio_c`` and ``loss_agg_mode``; prefix settings
+(:class:`agentenvs.train.prefix_loss.PrefixConfig`) from :func:`configure`. Rows without a prefix
 get the plain clipped loss (our ``policy_loss``, which agrees with verl's ``vanilla``).
 
 verl's ``ppo_loss`` hands a policy loss only (old_log_prob, log_prob, advantages,

@@ -202,9 +202,9 @@ def test_a_float32_model_with_the_embedded_options_is_close_and_row_independent(
     q4_wide_model_dir,
 ) -> None:
     """On a CPU without native bfloat16 the embedded options give a float32 model: its decoding
-    steps take the 4-bit copies too (float32 rows in and out), in the engine's steps with the compiled
-    float32 attention and the cascade (prefill: the two-bmm attention; the prefill kernel is
-    bfloat16's), close to the float32 pass, and a row's reply is the same bits alone or
+    steps take the 4-bit copies too (float32 rows in and out), in the engine's steps with the
+    compiled float32 attention and the cascade (prefill: the two-bmm attention; the prefill kernel
+    is bfloat16's), close to the float32 pass, and a row's reply is the same bits alone or
     batched."""
     from agentenvs.agents.models import EMBEDDED_OPTIONS
 

@@ -2,9 +2,9 @@
 
 The agreement tests play the expert through :func:`agentenvs.agents.rollout.run_rollouts` under each
 protocol: the expert's thought and action are rewritten in the protocol's reply format
-(:func:`agentenvs.agents.prompts.format_reply` with the protocol's prompt), parsed by the protocol's parser
-and stepped in the environment made with the protocol's keywords; every step must be valid and
-every episode won. Where a prompt teaches action forms (the paper's ALFWorld verbs), the test
+(:func:`agentenvs.agents.prompts.format_reply` with the protocol's prompt), parsed by the protocol's
+parser and stepped in the environment made with the protocol's keywords; every step must be valid
+and every episode won. Where a prompt teaches action forms (the paper's ALFWorld verbs), the test
 also checks that the played actions use them.
 """
 

@@ -1,13 +1,13 @@
 """Fixtures of the integration tests: a tiny tool-calling model (no hub).
 
-:func:`tool_model` builds the tiny Qwen3-architecture model of :mod:`agentenvs.agents.tiny_model` with
-TRL's own Qwen2.5 chat template (tool calls as ``<tool_call>{json}</tool_call>``, which TRL
-knows how to parse) and teaches it, in a few dozen SFT steps on one Sokoban task's prompt, to
-answer with one ``act`` tool call carrying one of the four moves (about evenly). On that task
-one move solves the puzzle, so sampled episodes earn different rewards and GRPO has a signal in
-two steps. The model and the engine tests that use it play without a benchmark protocol
-(``protocol=None``: Sokoban's own prompt and ``<action>`` reply format, the setup these tests
-were written for); ``test_protocol_episode.py`` checks the protocols.
+:func:`tool_model` builds the tiny Qwen3-architecture model of :mod:`agentenvs.agents.tiny_model`
+with TRL's own Qwen2.5 chat template (tool calls as ``<tool_call>{json}</tool_call>``, which TRL
+knows how to parse) and teaches it, in a few dozen SFT steps on one Sokoban task's prompt, to answer
+with one ``act`` tool call carrying one of the four moves (about evenly). On that task one move
+solves the puzzle, so sampled episodes earn different rewards and GRPO has a signal in two steps.
+The model and the engine tests that use it play without a benchmark protocol (``protocol=None``:
+Sokoban's own prompt and ``<action>`` reply format, the setup these tests were written for);
+``test_protocol_episode.py`` checks the protocols.
 """
 
 from __future__ import annotations

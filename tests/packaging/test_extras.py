@@ -88,8 +88,8 @@ def test_verl_extra_runs_our_integration_on_the_pair_verl_accepts(wheel, fresh_v
 
 
 def test_all_extra_plays_every_environment_beside_openai_agents(wheel, fresh_venv):
-    """The whole product on a fresh install: every environment's expert eval, replay on TextCraft and one
-    train rl iteration, with openai-agents installed beside."""
+    """The whole product on a fresh install: every environment's expert eval, replay on TextCraft
+    and one train rl iteration, with openai-agents installed beside."""
     install(fresh_venv, wheel, "all")
     fresh_venv.pip("install", "-q", "openai-agents")
     fresh_venv.check()

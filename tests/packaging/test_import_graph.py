@@ -136,7 +136,8 @@ def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
 
 
 def layer(module: str) -> str:
-    """``agentenvs.train.rl.update`` -> ``train``; the environment package proper -> ``agentenvs``."""
+    """``agentenvs.train.rl.update`` -> ``train``; the environment package proper ->
+    ``agentenvs``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "agentenvs"
 

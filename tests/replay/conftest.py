@@ -1,9 +1,9 @@
 """Fixtures of the replay tests: the tiny local model and expert-played teacher trajectories.
 
 Trajectories are built here by stepping the real environment with its scripted expert and writing
-:class:`agentenvs.agents.trajectory.Trajectory` records with a simple local message list (system prompt,
-observation as the user turn, ``Think: ...\\nAction: [[ ... ]]`` as the assistant turn), so these
-tests do not depend on the agents' prompt and rollout modules.
+:class:`agentenvs.agents.trajectory.Trajectory` records with a simple local message list (system
+prompt, observation as the user turn, ``Think: ...\\nAction: [[ ... ]]`` as the assistant turn), so
+these tests do not depend on the agents' prompt and rollout modules.
 """
 
 from __future__ import annotations
