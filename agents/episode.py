@@ -49,7 +49,8 @@ __all__ = ["INVALID_ACTION", "Episode", "EpisodeStep", "TextEpisode", "make_env"
 INVALID_ACTION = INVALID_ACTION_PLACEHOLDER
 _INFO_KEYS = ("turn", "won", "step_credit")
 """Step info kept in a step record: ``step_credit`` is the learning benchmark's oracle credit of
-the action (an environment that reports one; ``agentenvs.train``'s ``oracle`` estimator reads it)."""
+the action, where an environment reports one (``agentenvs.train``'s ``oracle`` estimator reads
+it)."""
 
 
 class Episode:
