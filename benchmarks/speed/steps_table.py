@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks import serve_speed
+from agentenvs.benchmarks.speed import serve as serve_speed
 from agentenvs.benchmarks.speed.serve import BIG_BUDGET, Server, Stats, Workload
 from agentenvs.benchmarks.speed.timing import report
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentenvs.benchmarks import replay_speed
+from agentenvs.benchmarks.speed import replay as replay_speed
 from agentenvs.benchmarks.speed.timing import format_table
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentenvs.benchmarks import serve_speed, steps_table
+from agentenvs.benchmarks.speed import serve as serve_speed
+from agentenvs.benchmarks.speed import steps_table
 from agentenvs.benchmarks.speed.steps_table import BATCH_EPISODES, OriginalProcess, Row
 
 ROOT = Path(__file__).resolve().parents[2]

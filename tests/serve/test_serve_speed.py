@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from agentenvs.benchmarks import serve_speed
+from agentenvs.benchmarks.speed import serve as serve_speed
 
 
 def test_serve_speed_tiny(tmp_path, capsys) -> None:
