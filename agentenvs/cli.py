@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agentenvs.benchmarks.view.cli:view_main",
         "see eval, train rl and replay runs in a browser; compare two (served or --export)",
     ),
+    "export": (
+        "agentenvs.benchmarks.view.atif_export:export_main",
+        "write a run's episodes as ATIF trajectories (one file per episode)",
+    ),
     "train sft": (
         "agentenvs.train.sft_cli:sft_main",
         "supervised fine-tuning on trajectories (assistant turns)",

@@ -10,6 +10,8 @@ Kinds, told apart by their files (:func:`load_run`):
 * ``replay``: a replay stage file (``replay.query``, ``replay.validated`` or ``replay.sample``
   rows), or a folder holding one (the latest stage: ``samples.jsonl``, else
   ``validated.jsonl``, else ``queries.jsonl``).
+* ATIF: ``.json`` ATIF trajectories, one episode each (a folder of them, or one file; read by
+  :mod:`agentenvs.benchmarks.view.atif_run`), shown as an ``eval`` run.
 
 Anything else is a :class:`~agentenvs.benchmarks.view.runs.RunFormatError` naming what was
 expected.
@@ -22,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentenvs.benchmarks.view.atif_run import atif_files, load_atif
 from agentenvs.benchmarks.view.records import query_summary
 from agentenvs.benchmarks.view.runs import (
     Run,
@@ -38,7 +41,8 @@ KINDS = ("eval", "train", "replay")
 EXPECTED = (
     "an eval output folder (trajectories.jsonl, from 'agentenvs eval'), a train rl run "
     "(metrics.jsonl and protocol.json, from 'agentenvs train rl') or a replay output (a "
-    "queries.jsonl, validated.jsonl or samples.jsonl stage file, from 'agentenvs replay')"
+    "queries.jsonl, validated.jsonl or samples.jsonl stage file, from 'agentenvs replay') or ATIF "
+    "trajectories (.json files, from 'agentenvs export --format atif' or another harness)"
 )
 REPLAY_STAGES = ("samples.jsonl", "validated.jsonl", "queries.jsonl")  # latest stage first
 
@@ -50,6 +54,8 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     if not path.exists():
         raise RunFormatError(f"{path} does not exist; expected {EXPECTED}")
     name = name or default_name(path)
+    if path.is_file() and path.suffix == ".json" and atif_files(path):
+        return load_atif(path, name, [path])
     if path.is_file():
         if _first_row(path).get("schema", "").startswith("replay."):
             return _load_replay(path, name)
@@ -63,6 +69,9 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     for stage in REPLAY_STAGES:
         if (path / stage).is_file():
             return _load_replay(path / stage, name)
+    atif = atif_files(path)
+    if atif:  # ATIF trajectories (ours exported, or another harness's)
+        return load_atif(path, name, atif)
     present = sorted(p.name for p in path.iterdir())[:12]
     raise RunFormatError(
         f"{path} is not a run: expected {EXPECTED}; it holds {present or 'nothing'}"
