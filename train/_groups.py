@@ -8,10 +8,16 @@ codes depend only on the order of the input, so they are the same under any ``PY
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from agentenvs.train.advantages import AdvantageBatch
+
 __all__ = [
+    "EpisodeLayout",
     "as_numpy",
     "check_length",
     "factorize",
@@ -83,3 +89,71 @@ def check_length(name: str, values: Sequence[object] | np.ndarray, expected: int
             f"{name} has {len(values)} entries but the batch has {expected} rows; "
             "give exactly one entry per row (one row = one generated completion)."
         )
+
+
+@dataclass(frozen=True)
+class EpisodeLayout:
+    """Rows arranged as E episodes: ``rows[e, t]`` is the batch row of step t (-1 past the end)."""
+
+    row_episode: np.ndarray  # (B,) episode code of each row
+    row_step: np.ndarray  # (B,) t of each row
+    row_group: np.ndarray  # (B,) task-group code of each row
+    episode_group: np.ndarray  # (E,) task-group code of each episode
+    lengths: np.ndarray  # (E,) T_i
+    rows: np.ndarray  # (E, T_max)
+    n_groups: int
+
+    @classmethod
+    def build(cls, batch: AdvantageBatch) -> EpisodeLayout:
+        n_rows = batch.rewards.shape[0]
+        row_group, n_groups = factorize(batch.group_index)
+        if batch.episode_index is None:
+            row_episode, n_episodes = np.arange(n_rows, dtype=np.int64), n_rows
+        else:
+            keys = zip(row_group.tolist(), batch.episode_index, strict=True)
+            row_episode, n_episodes = factorize(keys)
+        if batch.step_index is None:
+            row_step = np.zeros(n_rows, dtype=np.int64)
+        else:
+            row_step = np.asarray(batch.step_index, dtype=np.int64).reshape(n_rows)
+        lengths = np.bincount(row_episode, minlength=n_episodes)
+        if n_rows and ((row_step < 0).any() or (row_step >= lengths[row_episode]).any()):
+            raise ValueError(
+                "step_index must number each episode's rows 0 .. T-1 (T = its number of rows); "
+                "check episode_index/step_index (or pass step_index=None for one row per episode)"
+            )
+        rows = np.full((n_episodes, int(lengths.max(initial=0))), -1, dtype=np.int64)
+        rows[row_episode, row_step] = np.arange(n_rows)
+        if int((rows >= 0).sum()) != n_rows:
+            raise ValueError("two rows of one episode have the same step_index; each t once")
+        episode_group = row_group[rows[:, 0]] if n_episodes else row_group[:0]
+        return cls(row_episode, row_step, row_group, episode_group, lengths, rows, n_groups)
+
+    def reward_matrix(self, batch: AdvantageBatch) -> np.ndarray:
+        rewards = as_numpy(batch.rewards)
+        return np.where(self.rows >= 0, rewards[np.maximum(self.rows, 0)], 0.0)
+
+    def episode_rewards(self, batch: AdvantageBatch) -> np.ndarray:
+        """(E,) R^(i) = sum of the episode's rewards."""
+        return self.reward_matrix(batch).sum(axis=1)
+
+    def episode_advantages(self, batch: AdvantageBatch, *, eps: float, use_std: bool) -> np.ndarray:
+        """(E,) A_episode = (R - mean_R) / (std_R + eps) within each task group (without the
+        std: R - mean_R)."""
+        return group_standardize(
+            self.episode_rewards(batch), self.episode_group, self.n_groups, eps=eps, use_std=use_std
+        )
+
+    def row_returns(self, batch: AdvantageBatch, gamma: float) -> np.ndarray:
+        """(B,) discounted return G_t of each row."""
+        rewards = self.reward_matrix(batch)
+        returns = np.zeros_like(rewards)
+        running = np.zeros(rewards.shape[0])
+        for t in range(rewards.shape[1] - 1, -1, -1):
+            running = rewards[:, t] + gamma * running
+            returns[:, t] = running
+        return returns[self.row_episode, self.row_step]
+
+    def anchor_groups(self, batch: AdvantageBatch) -> tuple[np.ndarray, int]:
+        """(B,) codes of the step groups: same task group and identical anchor string."""
+        return factorize(zip(self.row_group.tolist(), batch.anchors, strict=True))

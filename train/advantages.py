@@ -1,4 +1,5 @@
-"""Advantage estimators: GRPO, Dr.GRPO, GiGPO and PTGPO, registered by name with one signature.
+"""Advantage estimators: GRPO, Dr.GRPO, GiGPO, PTGPO and the oracle control, registered by name
+with one signature.
 
 Every estimator is ``estimator(batch: AdvantageBatch, config) -> AdvantageResult``; the trainer
 only does ``est = get_advantage_estimator(name)`` and ``est(batch, est.make_config(**kwargs))``.
@@ -15,7 +16,9 @@ task group (N episodes of one task from one start) the row belongs to; ``episode
 names the episode inside its group; ``step_index`` (B,) is t, and the rows of an episode must
 have t = 0 .. T_i - 1 exactly once each (rows may come in any order). ``anchors`` (B,) are the
 anchor observations s_t (two steps share an anchor state when the strings are identical) and
-``actions`` (B,) the parsed action strings a_t. Results are (B,) per row and (B, L) per token:
+``actions`` (B,) the parsed action strings a_t; ``step_credits`` (B,) the expert's credit c_t of
+the row's action (the environment's ``info["step_credit"]``) and ``outcomes`` (B,) the outcome
+of the row's episode (1.0 won, 0.0 not). Results are (B,) per row and (B, L) per token:
 ``token_advantages = step_advantages[:, None] * response_mask``.
 
 Formulas (i an episode of a group of N, t a step, R^(i) = sum_t r_t^(i), eps in the config)
@@ -27,13 +30,20 @@ Formulas (i an episode of a group of N, t a step, R^(i) = sum_t r_t^(i), eps in 
   (i, t) is every step of the same task group with the same anchor string;
   A_step = G_t - mean_G (``normalize="mean"``, the default) or (G_t - mean_G) / (std_G + eps)
   (``"std"``); A = A_episode + step_weight * A_step, with A_episode normalised the same way.
-- PTGPO (the equations: :mod:`agentenvs.train.reference_advantages`): per anchor-state group a prefix tree over the actions
-  that follow; edge credit delta = mean(child) - mean(parent) for nodes with at least
-  ``tau_expand`` members and depth below ``max_depth``; normalised by the root group's std;
-  A_k^PT = sum over starts t <= k of the normalised credit at depth k - t;
-  A = A_episode (GRPO form) + step_weight * A^PT. Built level by level: each level groups the
-  surviving members by (parent node, next action) in one vectorised pass, so the cost is
-  O(total steps x depth reached), never a comparison of every pair of steps.
+- PTGPO (the equations: :mod:`agentenvs.train.reference_advantages`): per anchor-state group a
+  prefix tree over the actions that follow; edge credit delta = mean(child) - mean(parent) for
+  nodes with at least ``tau_expand`` members and depth below ``max_depth``; normalised by the
+  root group's spread (``root_spread``: ``"paper"`` std(G) + eps, the equations;
+  ``"outcome_gated"`` the same, but 0 credit in a root whose members' episode outcomes are all
+  equal; ``"floored"`` max(std(G), spread_floor) + eps); A_k^PT = sum over starts t <= k of the
+  normalised credit at depth k - t; A = A_episode (GRPO form) + step_weight * A^PT. Built
+  level by level (:mod:`agentenvs.train.prefix_tree`): each level groups the surviving members
+  by (parent node, next action) in one vectorised pass, so the cost is O(total steps x depth
+  reached), never a comparison of every pair of steps.
+- oracle (a control for the learning benchmark, not an algorithm to pick): GRPO's episode
+  advantage plus the expert's true step credit,
+  A_t = (R - mean_R) / (std_R + eps) + step_weight * c_t (``credit_scale="given"``, the default)
+  or + step_weight * c_t / (rms of c over the task group's rows + eps) (``"group_rms"``).
 
 Deliberate differences from verl / verl-agent (said plainly)
 ------------------------------------------------------------
@@ -61,20 +71,19 @@ import torch
 
 from agentenvs.suggestions import did_you_mean
 from agentenvs.train._groups import (
+    EpisodeLayout,
     as_numpy,
     check_length,
     factorize,
-    factorize_ints,
     group_standardize,
-    group_std,
 )
 from agentenvs.train.advantage_metrics import (
-    TreeCounts,
     anchor_metrics,
     flat_groups,
     group_metrics,
     step_credit_metrics,
 )
+from agentenvs.train.prefix_tree import prefix_tree_credits, root_scales
 from agentenvs.train.reference_advantages import (
     Step,
     gigpo_advantages,
@@ -88,6 +97,7 @@ __all__ = [
     "AdvantageResult",
     "GRPOConfig",
     "GiGPOConfig",
+    "OracleConfig",
     "PTGPOConfig",
     "Step",
     "advantage_estimator_names",
@@ -98,7 +108,8 @@ __all__ = [
     "register_advantage_estimator",
 ]
 
-BATCH_INPUTS = ("anchors", "actions")  # optional batch fields an estimator may require
+BATCH_INPUTS = ("anchors", "actions", "step_credits", "outcomes")
+"""Optional :class:`AdvantageBatch` fields an estimator may require (``requires``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,6 +138,12 @@ class AdvantageBatch:
     """(B,) anchor observation s_t (exact-match grouping); required by GiGPO and PTGPO."""
     actions: Sequence[str] | None = None
     """(B,) parsed action string a_t (not the raw completion); required by PTGPO."""
+    step_credits: Sequence[float] | torch.Tensor | None = None
+    """(B,) the expert's credit c_t of the row's action (``info["step_credit"]``); required by
+    the oracle."""
+    outcomes: Sequence[float] | torch.Tensor | None = None
+    """(B,) the outcome of the row's episode (1.0 won, 0.0 not); required by PTGPO's
+    ``root_spread="outcome_gated"``."""
 
     def __post_init__(self) -> None:
         if self.rewards.dim() != 1:
@@ -178,9 +195,9 @@ class AdvantageBatch:
         )
 
     @cached_property
-    def _layout(self) -> _EpisodeLayout:
+    def _layout(self) -> EpisodeLayout:
         """Rows arranged as episodes (computed once per batch)."""
-        return _EpisodeLayout.build(self)
+        return EpisodeLayout.build(self)
 
 
 @dataclass(frozen=True)
@@ -242,14 +259,51 @@ class PTGPOConfig:
     """omega in A = A_episode + omega * A^PT."""
     eps: float = 1e-6
     """Added to every std before dividing."""
+    root_spread: Literal["paper", "outcome_gated", "floored"] = "paper"
+    """What the edge credits are divided by, for shaped rewards (the equations assume sparse
+    terminal ones): ``paper`` std(G) of the root group + eps (the equations); ``outcome_gated``
+    the same, but a root whose members' episodes all have one outcome (``outcomes``: all won or
+    all lost) gives no tree credit, since its returns differ only by step rewards and timing;
+    ``floored`` max(std(G), ``spread_floor``) + eps."""
+    spread_floor: float = 1.0
+    """The floor of the root spread under ``root_spread="floored"``, in reward units: the
+    reward's scale (the outcome reward's size)."""
 
     def __post_init__(self) -> None:
         _check_gamma(self.gamma)
         _check_eps(self.eps)
+        if self.root_spread not in ("paper", "outcome_gated", "floored"):
+            raise ValueError(
+                "root_spread must be 'paper', 'outcome_gated' or 'floored', "
+                f"got {self.root_spread!r}"
+            )
+        if not self.spread_floor > 0:
+            raise ValueError(f"spread_floor must be > 0 (reward units), got {self.spread_floor}")
         if self.tau_expand < 1:
             raise ValueError(f"tau_expand must be >= 1, got {self.tau_expand}")
         if self.max_depth is not None and self.max_depth < 0:
             raise ValueError(f"max_depth must be None (unbounded) or >= 0, got {self.max_depth}")
+
+
+@dataclass(frozen=True)
+class OracleConfig:
+    """Settings of ``oracle``: GRPO's episode advantage plus the expert's step credit c_t."""
+
+    step_weight: float = 1.0
+    """omega in A_t = A_episode + omega * c_t."""
+    credit_scale: Literal["given", "group_rms"] = "given"
+    """``given``: c_t as the environment gives it; ``group_rms``: c_t divided by the root mean
+    square of c over the rows of its task group (+ eps; a group whose credits are all 0 gets
+    0), so every group's step credit has scale omega like its episode advantage."""
+    eps: float = 1e-6
+    """Added to the group std (and rms) before dividing."""
+
+    def __post_init__(self) -> None:
+        _check_eps(self.eps)
+        if self.credit_scale not in ("given", "group_rms"):
+            raise ValueError(
+                f"credit_scale must be 'given' or 'group_rms', got {self.credit_scale!r}"
+            )
 
 
 def _check_gamma(gamma: float) -> None:
@@ -276,7 +330,7 @@ class AdvantageEstimator:
     fn: EstimatorFn
     config_type: type
     requires: tuple[str, ...]
-    """Optional :class:`AdvantageBatch` fields this estimator needs (``anchors``, ``actions``)."""
+    """Optional :class:`AdvantageBatch` fields this estimator needs (:data:`BATCH_INPUTS`)."""
 
     def make_config(self, **settings: Any) -> Any:
         """The config from keyword settings; an unknown setting is an error listing valid ones."""
@@ -300,7 +354,7 @@ class AdvantageEstimator:
         if missing:
             raise ValueError(
                 f"advantage estimator {self.name!r} needs AdvantageBatch field(s) {missing} "
-                "(one string per row); collect them during rollouts"
+                "(one value per row); collect them during rollouts"
             )
         return self.fn(batch, config)
 
@@ -402,8 +456,9 @@ def ptgpo_advantage(batch: AdvantageBatch, config: PTGPOConfig) -> AdvantageResu
     returns = lay.row_returns(batch, config.gamma)
     roots, n_roots = lay.anchor_groups(batch)
     action_codes, n_actions = factorize(batch.actions)
-    tree_credit, tree = _prefix_tree_credits(
-        lay, returns, roots, n_roots, action_codes, n_actions, config
+    scale, gated = root_scales(batch, returns, roots, n_roots, config)
+    tree_credit, tree = prefix_tree_credits(
+        lay, returns, roots, n_roots, scale, action_codes, n_actions, config
     )
     advantages = episode_adv[lay.row_episode] + config.step_weight * tree_credit
     metrics = group_metrics(lay.episode_rewards(batch), lay.episode_group, lay.n_groups)
@@ -417,134 +472,50 @@ def ptgpo_advantage(batch: AdvantageBatch, config: PTGPOConfig) -> AdvantageResu
         )
     )
     metrics["adv/step_credit_nonzero_frac"] = float((tree_credit != 0).mean())
+    if gated is not None:
+        metrics["adv/root_outcome_flat_frac"] = gated
     return _result(batch, advantages, returns, metrics)
 
 
-def _prefix_tree_credits(
-    lay: _EpisodeLayout,
-    returns: np.ndarray,
-    roots: np.ndarray,
-    n_roots: int,
-    action_codes: np.ndarray,
-    n_actions: int,
-    config: PTGPOConfig,
-) -> tuple[np.ndarray, TreeCounts]:
-    """A^PT per row (B,) and the trees' counts (depth reached, nodes, branching, credits).
-
-    Level d holds the members (i, t) still on an expanded path, each with its node at depth d.
-    A node expands when it has >= tau_expand members and d < max_depth; its members with a next
-    action a_{t+d} move to the child keyed (node, a_{t+d}) and credit that action with
-    (mean(child) - mean(node)) / (std(root) + eps). Each level is one vectorised grouping of
-    the surviving members, so the total cost is O(rows x depth reached).
-    """
-    member_episode, member_start = lay.row_episode, lay.row_step
-    node = roots
-    count = np.bincount(node, minlength=n_roots).astype(np.float64)
-    mean = np.bincount(node, weights=returns, minlength=n_roots) / count
-    root_std = group_std(returns - mean[node], node, count)
-    root_scale = root_std[node] + config.eps  # 0 only when eps = 0 and the returns are equal
-    member_scale = np.divide(1.0, root_scale, out=np.zeros_like(root_scale), where=root_scale > 0)
-    member_return = returns
-    action_at = np.full(lay.rows.shape, -1, dtype=np.int64)
-    action_at[lay.row_episode, lay.row_step] = action_codes
-    credit = np.zeros(lay.rows.shape)
-    tree = TreeCounts(trees=int((count >= config.tau_expand).sum()))
-    while config.max_depth is None or tree.depth < config.max_depth:
-        position = member_start + tree.depth
-        keep = (count[node] >= config.tau_expand) & (position < lay.lengths[member_episode])
-        if not keep.any():
-            break
-        member_episode, member_start = member_episode[keep], member_start[keep]
-        node, position = node[keep], position[keep]
-        member_return, member_scale = member_return[keep], member_scale[keep]
-        key = node * n_actions + action_at[member_episode, position]
-        child, n_children = factorize_ints(key, len(count) * n_actions)
-        child_count = np.bincount(child).astype(np.float64)
-        child_mean = np.bincount(child, weights=member_return) / child_count
-        credit[member_episode, position] += (child_mean[child] - mean[node]) * member_scale
-        parent_of_child = np.zeros(n_children, dtype=np.int64)
-        parent_of_child[child] = node
-        children_per_parent = np.bincount(parent_of_child)
-        tree.expanded += int((children_per_parent > 0).sum())
-        tree.split += int((children_per_parent >= 2).sum())
-        node, count, mean = child, child_count, child_mean
-        tree.depth += 1
-        tree.nodes += n_children
-        tree.credits += len(child)
-    return credit[lay.row_episode, lay.row_step], tree
+@register_advantage_estimator("oracle", config_type=OracleConfig, requires=("step_credits",))
+def oracle_advantage(batch: AdvantageBatch, config: OracleConfig) -> AdvantageResult:
+    """The oracle control: GRPO's episode advantage + omega * the expert's step credit c_t."""
+    lay = batch._layout
+    episode_adv = lay.episode_advantages(batch, eps=config.eps, use_std=True)
+    try:
+        credit = as_numpy(batch.step_credits)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"step_credits must be one number per row: {exc}") from None
+    bad = np.flatnonzero(~np.isfinite(credit))
+    if len(bad):
+        raise ValueError(
+            f"step_credits must be a finite number on every row; rows {bad[:5].tolist()} have a "
+            "missing (None), NaN or infinite credit"
+        )
+    if config.credit_scale == "group_rms":
+        count = np.bincount(lay.row_group, minlength=lay.n_groups).astype(np.float64)
+        squares = np.bincount(lay.row_group, weights=credit * credit, minlength=lay.n_groups)
+        rms = np.sqrt(squares / np.maximum(count, 1.0))[lay.row_group] + config.eps
+        credit = np.divide(credit, rms, out=np.zeros_like(credit), where=rms > 0)
+    step_credit = config.step_weight * credit
+    advantages = episode_adv[lay.row_episode] + step_credit
+    episode_reward = lay.episode_rewards(batch)
+    metrics = group_metrics(episode_reward, lay.episode_group, lay.n_groups)
+    if batch.anchors is not None:
+        metrics.update(anchor_metrics(*lay.anchor_groups(batch)))
+    metrics.update(
+        step_credit_metrics(
+            step_credit,
+            flat_group=flat_groups(episode_reward, lay.episode_group, lay.n_groups),
+            row_group=lay.row_group,
+        )
+    )
+    return _result(batch, advantages, episode_reward[lay.row_episode], metrics)
 
 
 # --------------------------------------------------------------------------------------------
 # Private helpers
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _EpisodeLayout:
-    """Rows arranged as E episodes: ``rows[e, t]`` is the batch row of step t (-1 past the end)."""
-
-    row_episode: np.ndarray  # (B,) episode code of each row
-    row_step: np.ndarray  # (B,) t of each row
-    row_group: np.ndarray  # (B,) task-group code of each row
-    episode_group: np.ndarray  # (E,) task-group code of each episode
-    lengths: np.ndarray  # (E,) T_i
-    rows: np.ndarray  # (E, T_max)
-    n_groups: int
-
-    @classmethod
-    def build(cls, batch: AdvantageBatch) -> _EpisodeLayout:
-        n_rows = batch.rewards.shape[0]
-        row_group, n_groups = factorize(batch.group_index)
-        if batch.episode_index is None:
-            row_episode, n_episodes = np.arange(n_rows, dtype=np.int64), n_rows
-        else:
-            keys = zip(row_group.tolist(), batch.episode_index, strict=True)
-            row_episode, n_episodes = factorize(keys)
-        if batch.step_index is None:
-            row_step = np.zeros(n_rows, dtype=np.int64)
-        else:
-            row_step = np.asarray(batch.step_index, dtype=np.int64).reshape(n_rows)
-        lengths = np.bincount(row_episode, minlength=n_episodes)
-        if n_rows and ((row_step < 0).any() or (row_step >= lengths[row_episode]).any()):
-            raise ValueError(
-                "step_index must number each episode's rows 0 .. T-1 (T = its number of rows); "
-                "check episode_index/step_index (or pass step_index=None for one row per episode)"
-            )
-        rows = np.full((n_episodes, int(lengths.max(initial=0))), -1, dtype=np.int64)
-        rows[row_episode, row_step] = np.arange(n_rows)
-        if int((rows >= 0).sum()) != n_rows:
-            raise ValueError("two rows of one episode have the same step_index; each t once")
-        episode_group = row_group[rows[:, 0]] if n_episodes else row_group[:0]
-        return cls(row_episode, row_step, row_group, episode_group, lengths, rows, n_groups)
-
-    def reward_matrix(self, batch: AdvantageBatch) -> np.ndarray:
-        rewards = as_numpy(batch.rewards)
-        return np.where(self.rows >= 0, rewards[np.maximum(self.rows, 0)], 0.0)
-
-    def episode_rewards(self, batch: AdvantageBatch) -> np.ndarray:
-        """(E,) R^(i) = sum of the episode's rewards."""
-        return self.reward_matrix(batch).sum(axis=1)
-
-    def episode_advantages(self, batch: AdvantageBatch, *, eps: float, use_std: bool) -> np.ndarray:
-        """(E,) A_episode = (R - mean_R) / (std_R + eps) within each task group (without the
-        std: R - mean_R)."""
-        return group_standardize(
-            self.episode_rewards(batch), self.episode_group, self.n_groups, eps=eps, use_std=use_std
-        )
-
-    def row_returns(self, batch: AdvantageBatch, gamma: float) -> np.ndarray:
-        """(B,) discounted return G_t of each row."""
-        rewards = self.reward_matrix(batch)
-        returns = np.zeros_like(rewards)
-        running = np.zeros(rewards.shape[0])
-        for t in range(rewards.shape[1] - 1, -1, -1):
-            running = rewards[:, t] + gamma * running
-            returns[:, t] = running
-        return returns[self.row_episode, self.row_step]
-
-    def anchor_groups(self, batch: AdvantageBatch) -> tuple[np.ndarray, int]:
-        """(B,) codes of the step groups: same task group and identical anchor string."""
-        return factorize(zip(self.row_group.tolist(), batch.anchors, strict=True))
-
-
 def _result(
     batch: AdvantageBatch, advantages: np.ndarray, returns: np.ndarray, metrics: dict
 ) -> AdvantageResult:

@@ -20,8 +20,8 @@ token s + 1) pads one column on the left first. The reference code gathered the 
 the padding offset, so its prefix loss read padding and neighbouring tokens; with the policy
 equal to the SFT model our prefix ratio is 1 and the prefix KL 0 (tested).
 
-Objectives, with g(r, A; lo, hi) the clipped surrogate of :mod:`agentenvs.train.losses` (dual clip too)
---------------------------------------------------------------------------------------------
+Objectives (g(r, A; lo, hi): the dual-clipped surrogate of :mod:`agentenvs.train.losses`)
+-----------------------------------------------------------------------------------------
 - split (main): L = L_cont + weight * L_pre, L_cont = agg(g(r_cont, A_cont; policy clip)),
   L_pre = agg(g(r_pre, A_pre; prefix clip)) over the prefix mask, r_pre = exp(log pi - l_old);
   each branch aggregated on its own (``policy.agg_mode``).

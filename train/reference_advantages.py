@@ -1,7 +1,7 @@
 """Plain reference implementations of GiGPO and PTGPO over one group of episodes.
 
-These follow the PTGPO paper's equations (written out below) line by line with Python lists and dicts, so that a
-reader can check them against the equations; the registered estimators in
+These follow the PTGPO paper's equations (written out below) line by line with Python lists and
+dicts, so that a reader can check them against the equations; the registered estimators in
 :mod:`agentenvs.train.advantages` (vectorised over whole batches) are tested against them. They are
 re-exported by :mod:`agentenvs.train.advantages`.
 

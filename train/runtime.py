@@ -175,8 +175,9 @@ def save_checkpoint(
 ) -> Path:
     """Write ``<out_dir>/checkpoints/step-<n>`` atomically and point ``latest`` at it.
 
-    Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` with several ranks): every
-    rank calls it (the full tensors are gathered), rank 0 writes, all wait for it."""
+    Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` with several
+    ranks): every rank calls it (the full tensors are gathered), rank 0 writes, all wait for
+    it."""
     ctx = ctx or DistContext()
     root = Path(out_dir) / "checkpoints"
     final = root / f"step-{state.step:07d}"

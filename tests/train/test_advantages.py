@@ -129,7 +129,8 @@ def flat(per_group):
 
 
 def test_registry_lists_every_estimator():
-    assert advantage_estimator_names() == ["dr_grpo", "gigpo", "grpo", "ptgpo"]
+    assert advantage_estimator_names() == ["dr_grpo", "gigpo", "grpo", "oracle", "ptgpo"]
+    assert get_advantage_estimator("oracle").requires == ("step_credits",)
     assert get_advantage_estimator("ptgpo").requires == ("anchors", "actions")
     assert get_advantage_estimator("gigpo").requires == ("anchors",)
     assert get_advantage_estimator("grpo").requires == ()

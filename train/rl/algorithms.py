@@ -1,9 +1,10 @@
 """The RL algorithms as data: presets over one loop (:mod:`agentenvs.train.rl.config`).
 
-Every algorithm is the same loop (rollout -> rewards/advantages -> old log-probs -> clipped
-updates -> weight sync) with a different :class:`AlgoSpec`: the advantage estimator, the policy
-loss (:mod:`agentenvs.train.loss_registry`), where the episodes start (task resets or Prefix-GRPO's replayed cut-state queries), and the settings it
-changes. Settings left at ``None`` take the algorithm's preset; a value given explicitly wins.
+Every algorithm is the same loop (rollout -> rewards/advantages -> old log-probs -> clipped updates
+-> weight sync) with a different :class:`AlgoSpec`: the advantage estimator, the policy loss
+(:mod:`agentenvs.train.loss_registry`), where the episodes start (task resets or Prefix-GRPO's
+replayed cut-state queries), and the settings it changes. Settings left at ``None`` take the
+algorithm's preset; a value given explicitly wins.
 
 =============  ============================================================================
 ``grpo``       GRPO outcome advantage, clip 0.2/0.2, dual clip 3, token-mean
@@ -14,6 +15,10 @@ changes. Settings left at ``None`` take the algorithm's preset; a value given ex
 ``gigpo``      GiGPO (gamma 0.95, omega 1, mean-normalised step groups)
 ``ptgpo``      PTGPO (gamma 0.95 as GiGPO's code it builds on, tau_expand 2, unbounded depth,
                omega 1)
+``oracle``     a control for the learning benchmark, not an algorithm to pick: GRPO (same
+               episode advantage, loss and starts) plus omega x the expert's true step credit
+               ``info["step_credit"]`` (omega 1, the credit as given); an environment whose
+               steps carry no credit is an error
 ``prefix-grpo``  rollouts from replay-validated cut-state queries (``data.queries``: a
                ``replay.sample`` file), GRPO over each query's n continuations, plus the
                prefix branch (split objective, lambda_pre 1, ``cont_abs`` = |mean continuation
@@ -67,5 +72,6 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "ptgpo": AlgoSpec(
         "ptgpo", advantage={"gamma": 0.95, "tau_expand": 2, "max_depth": None, "step_weight": 1.0}
     ),
+    "oracle": AlgoSpec("oracle", advantage={"step_weight": 1.0, "credit_scale": "given"}),
     "prefix-grpo": AlgoSpec("grpo", starts="queries", loss="prefix_grpo"),
 }

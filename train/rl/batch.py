@@ -1,15 +1,18 @@
 """Episodes -> per-step training rows -> rewards and advantages -> padded tensors.
 
-One row is one generated reply (one step of one episode), as :mod:`agentenvs.train.advantages` expects:
-its prompt tokens (the conversation the policy saw, rendered with the chat template exactly as
-the transformers backend renders it), its reply tokens and the rollout engine's log-probs of
+One row is one generated reply (one step of one episode), as :mod:`agentenvs.train.advantages`
+expects: its prompt tokens (the conversation the policy saw, rendered with the chat template exactly
+as the transformers backend renders it), its reply tokens and the rollout engine's log-probs of
 them, the step reward, and what GiGPO and PTGPO group by: the group id (the k episodes of one
 start), the episode id, the step index, the anchor observation and the parsed action (a reply
 without a parseable action has the action ``<invalid format>``; one a protocol projected has the
-projected action). The invalid-action penalty is subtracted from the reward of every reply that
-broke the format (unparseable, or projected with ``info["format_error"]``). The first row of an
-episode that started at a Prefix-GRPO query carries the query's prefix sidecar: the prefix tokens
-are in its prompt, and they get the prefix loss once per episode.
+projected action), the episode's outcome (won) and, where the environment gives one, the expert's
+step credit ``info["step_credit"]`` (the oracle control's input; a reply that was not stepped,
+unparseable, changed nothing and has credit 0). The invalid-action penalty is subtracted from the
+reward of every reply that broke the format (unparseable, or projected with
+``info["format_error"]``). The first row of an episode that started at a Prefix-GRPO query carries
+the query's prefix sidecar: the prefix tokens are in its prompt, and they get the prefix loss once
+per episode.
 
 Episodes that ended on an error are left out (counted); the rest of their group still forms
 the group. Tensors (:func:`collate`): prompts left-padded to P, replies right-padded to L, the
@@ -59,6 +62,8 @@ class StepRow:
     action: str
     episode_won: bool
     episode_reward: float
+    step_credit: float | None = None
+    """The expert's credit of the action (``info["step_credit"]``); None: none given."""
     prefix: dict[str, Any] | None = None
     query_id: str | None = None
     family_id: str | None = None
@@ -189,6 +194,7 @@ def _episode_rows(ep, tokenizer, kwargs, invalid_penalty, overlong) -> list[Step
                 action=step.action if step.action is not None else INVALID_ACTION,
                 episode_won=bool(traj.won),
                 episode_reward=float(traj.total_reward),
+                step_credit=_step_credit(step),
                 prefix=prefix,
                 query_id=query.query_id if query else None,
                 family_id=query.family_id if query else None,
@@ -196,6 +202,15 @@ def _episode_rows(ep, tokenizer, kwargs, invalid_penalty, overlong) -> list[Step
             )
         )
     return rows
+
+
+def _step_credit(step: Any) -> float | None:
+    """``info["step_credit"]`` of a stepped reply; 0 for one the environment never saw (an
+    unparseable reply changes no state); None when the environment gives no credit."""
+    if step.action is None:
+        return 0.0
+    credit = step.info.get("step_credit")
+    return None if credit is None else float(credit)
 
 
 def dynamic_sampling_filter(rows: Sequence[StepRow]) -> tuple[list[str], dict[str, float]]:
@@ -228,6 +243,8 @@ def compute_advantages(
         step_index=[r.step_index for r in rows],
         anchors=[r.anchor for r in rows],
         actions=[r.action for r in rows],
+        step_credits=_step_credits(rows, required="step_credits" in estimator.requires),
+        outcomes=[float(r.episode_won) for r in rows],
     )
     result = estimator(batch, estimator.make_config(**settings))
     for i, row in enumerate(rows):
@@ -242,6 +259,22 @@ def compute_advantages(
     }
     metrics.update(result.metrics)
     return metrics
+
+
+def _step_credits(rows: Sequence[StepRow], *, required: bool) -> list[float] | None:
+    """Every row's step credit; None when a row has none, which is an error naming the row when
+    the estimator needs them (the oracle)."""
+    missing = next((r for r in rows if r.step_credit is None), None)
+    if missing is None:
+        return [float(r.step_credit) for r in rows]  # type: ignore[arg-type]
+    if required:
+        raise ValueError(
+            f"the oracle advantage needs the expert's credit of every step: episode "
+            f"{missing.episode_id} step {missing.step_index} (action {missing.action!r}) has no "
+            "info['step_credit']; train it on an environment (or wrapper) that puts the credit "
+            "in each step's info, such as the learning benchmark's"
+        )
+    return None
 
 
 def prefix_lift(rows: Sequence[StepRow]) -> torch.Tensor:

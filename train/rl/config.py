@@ -127,8 +127,9 @@ class RolloutSettings:
     max_batch_size: int = 64
     """Rows per generation forward pass (transformers backend)."""
     env_workers: str = "inprocess"
-    """Where environments step and replay cut states, an ``agentenvs.agents.envworkers`` spec: ``inprocess``
-    (or 0), ``process:N`` (or N), ``ray[:N][@ADDRESS]``; one pool serves the whole run."""
+    """Where environments step and replay cut states, an ``agentenvs.agents.envworkers`` spec:
+    ``inprocess`` (or 0), ``process:N`` (or N), ``ray[:N][@ADDRESS]``; one pool serves the whole
+    run."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": false}`` for Qwen3)."""
     env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S
@@ -249,6 +250,12 @@ class AdvantageSettings:
     tau_expand: int | None = None
     max_depth: int | None = None
     eps: float | None = None
+    root_spread: str | None = None
+    """PTGPO: ``paper`` (the equations), ``outcome_gated`` or ``floored``
+    (:class:`agentenvs.train.advantages.PTGPOConfig`)."""
+    spread_floor: float | None = None
+    credit_scale: str | None = None
+    """oracle: ``given`` or ``group_rms`` (:class:`agentenvs.train.advantages.OracleConfig`)."""
     invalid_penalty: float | None = None
     """Reward subtracted for a reply that broke the format: unparseable, or projected to an
     action (None: the protocol's; verl-agent's 0.1 under ``ptgpo``)."""
@@ -274,7 +281,8 @@ ENGINES = ("transformers", "vllm")
 @dataclass
 class EngineSettings:
     """The rollout engine: the trainer's own model on transformers, or vLLM colocated on the
-    trainer's GPU with the weights synced after every update (:mod:`agentenvs.train.rl.vllm_engine`)."""
+    trainer's GPU with the weights synced after every update
+    (:mod:`agentenvs.train.rl.vllm_engine`)."""
 
     kind: str = "transformers"
     """``transformers`` (the trainer's model generates; CPU or GPU) or ``vllm`` (the ``vllm``
@@ -353,7 +361,8 @@ class RLConfig:
     engine: EngineSettings = field(default_factory=EngineSettings)
     """The rollout engine (``engine.kind=vllm``: vLLM colocated, weights synced every update)."""
     fsdp: FSDPSettings = field(default_factory=FSDPSettings)
-    """FSDP2 settings, read under torchrun only (:class:`agentenvs.train.distributed.FSDPSettings`)."""
+    """FSDP2 settings, read under torchrun only
+    (:class:`agentenvs.train.distributed.FSDPSettings`)."""
     precision: str = "auto"
     """``auto`` (bf16 autocast where the GPU has it), ``bf16`` or ``fp32``."""
     device: str = "auto"
@@ -426,7 +435,7 @@ class RLConfig:
                 f"iteration (prompts_per_iteration x samples_per_prompt): set mini_batches <= "
                 f"{episodes}"
             )
-        if self.spec.estimator == "grpo" and self.samples_per_prompt < 2:
+        if self.spec.estimator in ("grpo", "oracle") and self.samples_per_prompt < 2:
             raise ValueError(
                 f"algo {self.algo!r} normalises rewards within each prompt's group, so "
                 f"samples_per_prompt={self.samples_per_prompt} gives every episode advantage 0: "

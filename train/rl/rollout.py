@@ -1,13 +1,13 @@
 """The rollout step: play k episodes from each start with the current policy.
 
-Every start goes through :func:`agentenvs.agents.rollout.run_rollouts` (one batched generation call per
-turn over every episode in flight, per-episode KV-cache keys, the environment-worker pool of
-``config.workers`` or an open ``env_pool``). A task start is a plain episode spec; a query
-start (Prefix-GRPO) is a cut-state spec: the environment replays the query's prefix actions
-after the task's reset (inside the worker for process and Ray pools), the conversation starts
-from the query's canonical prompt (system + prefix history + cut-state observation), the
-prefix turns count against ``max_turns``, and a replay that no longer reaches the recorded cut
-observation ends that episode with ``error`` ("replay failed: ...") while the others go on.
+Every start goes through :func:`agentenvs.agents.rollout.run_rollouts` (one batched generation call
+per turn over every episode in flight, per-episode KV-cache keys, the environment-worker pool of
+``config.workers`` or an open ``env_pool``). A task start is a plain episode spec; a query start
+(Prefix-GRPO) is a cut-state spec: the environment replays the query's prefix actions after the
+task's reset (inside the worker for process and Ray pools), the conversation starts from the query's
+canonical prompt (system + prefix history + cut-state observation), the prefix turns count against
+``max_turns``, and a replay that no longer reaches the recorded cut observation ends that episode
+with ``error`` ("replay failed: ...") while the others go on.
 
 Failure policy (:func:`collect_episodes` with ``retries``): an episode that ended on an error (an
 environment exception, a worker or server lost past its own retry, a timeout) is played again on

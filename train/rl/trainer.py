@@ -22,16 +22,16 @@ update (never trained as a failure), counted in ``rollout/failed_episodes`` and
 for good, stop the run with :class:`~agentenvs.train.rl.rollout.RolloutFailureError` after a
 checkpoint: the first error and its fix, and ``--resume`` continues where it stopped.
 
-Rollout engines (``engine.kind``): ``transformers`` generates with the trainer's own model;
-``vllm`` (:mod:`agentenvs.train.rl.vllm_engine`) is a colocated vLLM engine, put to sleep during the update
-and given the new weights (and checked on a fixed probe) by :meth:`RLTrainer.sync_weights`. A
-policy from ``policy_factory`` that has ``sleep()`` and ``sync_weights(model, iteration)`` gets
-the same treatment.
+Rollout engines (``engine.kind``): ``transformers`` generates with the trainer's own model; ``vllm``
+(:mod:`agentenvs.train.rl.vllm_engine`) is a colocated vLLM engine, put to sleep during the update
+and given the new weights (and checked on a fixed probe) by :meth:`RLTrainer.sync_weights`. A policy
+from ``policy_factory`` that has ``sleep()`` and ``sync_weights(model, iteration)`` gets the same
+treatment.
 
-Many processes (``torchrun``; :mod:`agentenvs.train.distributed`): the policy is sharded with FSDP2; every
-rank draws the same starts and plays its share of them (whole groups stay on one rank, so the
-advantages need no exchange), the update's denominators and metrics cover all ranks, rank 0
-logs and writes the checkpoints (full tensors: they resume on any number of processes).
+Many processes (``torchrun``; :mod:`agentenvs.train.distributed`): the policy is sharded with FSDP2;
+every rank draws the same starts and plays its share of them (whole groups stay on one rank, so the
+advantages need no exchange), the update's denominators and metrics cover all ranks, rank 0 logs and
+writes the checkpoints (full tensors: they resume on any number of processes).
 """
 
 from __future__ import annotations
@@ -373,8 +373,8 @@ class RLTrainer:
 
     def old_log_prob_step(self, rows: list[StepRow]) -> dict[str, float]:
         """The trainer's log-probs of the replies before the update, and the TIS/MIS weights.
-        Rows that cannot change a weight (:func:`~agentenvs.train.rl.update.zero_advantage_rows`) are left
-        out unless a correction needs their old log-probs (its keep mask is in the loss
+        Rows that cannot change a weight (:func:`~agentenvs.train.rl.update.zero_advantage_rows`)
+        are left out unless a correction needs their old log-probs (its keep mask is in the loss
         denominators); the entropy and engine-gap metrics are over the rows that ran."""
         zero = zero_advantage_rows(rows, self.update_settings)
         needed = rows

@@ -26,11 +26,11 @@ SGD this is the same run as stepping on a zero gradient; with AdamW it differs (
 weight-decay drift on a step with no signal). ``UpdateSettings.skip_zero_advantage=False``
 restores the full passes.
 
-Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` of several ranks, the model
-FSDP-sharded): each rank holds its own rows (whole groups), the denominators are the counts over
-every rank's mini-batch, the gradients add up over ranks, a rank with fewer micro-batches pads
-with zero-loss passes, and the metrics are those of the whole mini-batch on every rank. One
-rank's rows and a one-process run of all the rows give the same update (up to float sums).
+Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` of several ranks, the
+model FSDP-sharded): each rank holds its own rows (whole groups), the denominators are the counts
+over every rank's mini-batch, the gradients add up over ranks, a rank with fewer micro-batches pads
+with zero-loss passes, and the metrics are those of the whole mini-batch on every rank. One rank's
+rows and a one-process run of all the rows give the same update (up to float sums).
 """
 
 from __future__ import annotations

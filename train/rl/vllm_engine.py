@@ -5,11 +5,12 @@ vLLM's offline engine runs colocated in the trainer's process, on the trainer's 
 tensor-parallel size 1). Each iteration:
 
 * **rollout** -- :meth:`VLLMRolloutEngine.generate` renders each conversation with the trainer's
-  tokenizer exactly as the training rows are rendered (:func:`agentenvs.train.rl.batch.prompt_token_ids`)
-  and generates from those token ids, with prefix caching on (turn t + 1's prompt extends turn
-  t's prompt and reply, so its KV is reused) and each sampled token's log-probability returned
-  (vLLM's raw log-probs: temperature 1, no top-p, as the trainer computes them) for TIS / MIS.
-  The stop tokens and the decoding of the reply text are the transformers backend's.
+  tokenizer exactly as the training rows are rendered
+  (:func:`agentenvs.train.rl.batch.prompt_token_ids`) and generates from those token ids, with
+  prefix caching on (turn t + 1's prompt extends turn t's prompt and reply, so its KV is
+  reused) and each sampled token's log-probability returned (vLLM's raw log-probs: temperature
+  1, no top-p, as the trainer computes them) for TIS / MIS. The stop tokens and the decoding
+  of the reply text are the transformers backend's.
 * **sleep** -- :meth:`~VLLMRolloutEngine.sleep` (``LLM.sleep``; GPUs only) frees the KV cache
   and, at ``engine.sleep_level`` 2, the weights too (they are replaced at the sync anyway), so
   the update gets the memory; level 1 moves the weights to CPU memory instead; 0 keeps both.
