@@ -8,10 +8,11 @@ When it cannot act it raises :class:`ExpertFailure` with the reason instead of h
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from agentenvs.plugins import LiveTable, PluginError, load_part, plugin, plugins, source
 
 if TYPE_CHECKING:
     from agentenvs.core import TextEnv
@@ -44,20 +45,25 @@ class Expert(ABC):
         """Forget any per-episode memory (called before each new episode)."""
 
 
-# env id -> "module:Class"; imported only when that expert is made.
-EXPERTS: dict[str, str] = {
-    "TextCraft-v0": "agentenvs.textcraft.expert:TextCraftExpert",
-    "Sokoban-v0": "agentenvs.sokoban.expert:SokobanExpert",
-    "ALFWorld-v0": "agentenvs.alfworld.expert:ALFWorldExpert",
-    "WebShop-v0": "agentenvs.webshop.expert:WebShopExpert",
-    "BabyAI-Text-v0": "agentenvs.babyai.expert:BabyAIExpert",
-}
+def _expert_table() -> dict[str, str]:
+    return {env_id: p.expert for env_id, p in plugins().items() if p.expert is not None}
+
+
+EXPERTS: LiveTable[str, str] = LiveTable(_expert_table, "experts")
+"""env id -> its expert's ``"module:Class"`` (each plugin's ``expert``); imported only when that
+expert is made."""
 
 
 def make_expert(env_id: str) -> Expert:
-    """The scripted expert of ``env_id``."""
-    try:
-        module, _, name = EXPERTS[env_id].partition(":")
-    except KeyError:
-        raise ValueError(f"no expert for {env_id!r}; experts exist for {sorted(EXPERTS)}") from None
-    return getattr(importlib.import_module(module), name)()
+    """The scripted expert of ``env_id``; an expert that does not load is a
+    :class:`~agentenvs.plugins.PluginError` naming the plugin's distribution."""
+    if env_id not in EXPERTS:
+        plugin(env_id)  # an unknown or broken id says so
+        raise ValueError(f"no expert for {env_id!r}; experts exist for {sorted(EXPERTS)}")
+    cls = load_part(env_id, "expert")
+    if not (isinstance(cls, type) and issubclass(cls, Expert)):
+        raise PluginError(
+            f"environment plugin {env_id!r} ({source(env_id)}) is broken: its expert "
+            f"{EXPERTS[env_id]!r} is not a subclass of agentenvs.expert.Expert"
+        )
+    return cls()

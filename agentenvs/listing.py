@@ -1,6 +1,8 @@
 """``agentenvs list``: every registered environment with its splits and task counts, or, for an
 environment whose dependencies do not import on this install, ``not installed`` and the extra
-that installs them (its :class:`~agentenvs.registration.MissingDependencyError`)."""
+that installs them (its :class:`~agentenvs.registration.MissingDependencyError`), and every
+environment plugin that does not load, with its distribution and the fault
+(:class:`~agentenvs.plugins.PluginError`)."""
 
 from __future__ import annotations
 
@@ -9,20 +11,31 @@ import json
 import sys
 from typing import Any
 
+from agentenvs.plugins import PluginError, broken_plugins
 from agentenvs.registration import ENVIRONMENTS, MissingDependencyError, env_class
 
 __all__ = ["describe_environments", "list_main"]
 
 
 def describe_environments(env_ids: list[str] | None = None) -> list[dict[str, Any]]:
-    """One record per environment id: splits with task counts, or why it is unavailable."""
+    """One record per environment id (default: every plugin's, the broken ones last): splits
+    with task counts, or why it is unavailable."""
+    broken = broken_plugins()
     rows = []
-    for env_id in env_ids or list(ENVIRONMENTS):
+    for env_id in env_ids or [*ENVIRONMENTS, *broken]:
         row: dict[str, Any] = {"env_id": env_id, "splits": {}, "error": None}
+        if env_id in broken:
+            row["error"] = f"broken plugin: {broken[env_id]}"
+            rows.append(row)
+            continue
         try:
             env = env_class(env_id)()
         except MissingDependencyError as exc:
             row["error"] = f"not installed: {exc}"
+            rows.append(row)
+            continue
+        except PluginError as exc:
+            row["error"] = f"broken plugin: {exc}"
             rows.append(row)
             continue
         row["max_turns"] = env.max_turns
@@ -41,7 +54,7 @@ def list_main(argv: list[str]) -> int:
     parser.add_argument("env_ids", nargs="*", help=f"default: all of {list(ENVIRONMENTS)}")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    unknown = [e for e in args.env_ids if e not in ENVIRONMENTS]
+    unknown = [e for e in args.env_ids if e not in ENVIRONMENTS and e not in broken_plugins()]
     if unknown:
         parser.error(f"unknown environment ids {unknown}; choose from {list(ENVIRONMENTS)}")
     rows = describe_environments(args.env_ids or None)

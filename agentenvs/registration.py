@@ -1,5 +1,9 @@
 """The table of agentenvs environment ids and their Gymnasium registration.
 
+Every id comes from an environment plugin (:mod:`agentenvs.plugins`): an entry point in the group
+``agentenvs.envs``, ours declared in agentenvs' own ``pyproject.toml`` and any other package's in
+its own. :data:`ENVIRONMENTS` is that table (it follows :func:`agentenvs.plugins.refresh_plugins`).
+
 ``import agentenvs`` calls :func:`register_all`, after which ``gym.make("TextCraft-v0")`` works
 (or ``gym.make("agentenvs:TextCraft-v0")`` without a prior import). Entry points are strings, so
 registering imports no environment module: an environment's own dependencies (minigrid,
@@ -16,14 +20,15 @@ alfworld, ...) load only when that environment is made. A dependency that does n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
+from agentenvs.plugins import EnvPlugin, LiveTable, load_part, plugin, plugins
+
 __all__ = [
     "ENVIRONMENTS",
-    "EnvEntry",
+    "EnvPlugin",
     "MissingDependencyError",
     "check_dependencies",
     "env_class",
@@ -32,54 +37,32 @@ __all__ = [
     "register_all",
 ]
 
-
-@dataclass(frozen=True)
-class EnvEntry:
-    """One registered id: its entry point, the extra its dependencies come from and the modules
-    that extra provides (``requires``, imported by :func:`check_dependencies`)."""
-
-    env_id: str
-    entry_point: str
-    extra: str = ""
-    requires: tuple[str, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-ENVIRONMENTS: dict[str, EnvEntry] = {
-    e.env_id: e
-    for e in [
-        EnvEntry("TextCraft-v0", "agentenvs.textcraft:TextCraftEnv"),
-        EnvEntry("Sokoban-v0", "agentenvs.sokoban:SokobanEnv"),
-        # ALFWorld's engine modules are imported (and checked) by agentenvs.alfworld.engine, which
-        # undoes alfworld's import-time side effect on $ALFWORLD_DATA
-        EnvEntry("ALFWorld-v0", "agentenvs.alfworld:ALFWorldEnv", extra="alfworld"),
-        EnvEntry(
-            "WebShop-v0",
-            "agentenvs.webshop:WebShopEnv",
-            extra="webshop",
-            requires=("regex", "jinja2"),
-        ),
-        EnvEntry(
-            "BabyAI-Text-v0",
-            "agentenvs.babyai:BabyAITextEnv",
-            extra="babyai",
-            requires=("minigrid",),
-        ),
-    ]
-}
+ENVIRONMENTS: LiveTable[str, EnvPlugin] = LiveTable(plugins, "environments")
+"""Every environment id whose plugin loaded -> its :class:`~agentenvs.plugins.EnvPlugin`."""
 
 
 class MissingDependencyError(ImportError):
     """An environment's dependency does not import; the message names the extra to install."""
 
 
+def _install_hint(extra: str) -> str:
+    """``pip install 'agentenvs[x]'`` for one of our extras, else ``pip install 'x'``."""
+    import importlib.metadata
+
+    try:
+        ours = set(importlib.metadata.metadata("agentenvs").get_all("Provides-Extra") or ())
+    except importlib.metadata.PackageNotFoundError:
+        ours = set()
+    return f"pip install 'agentenvs[{extra}]'" if extra in ours else f"pip install '{extra}'"
+
+
 def missing_dependency(env_id: str, exc: ImportError) -> MissingDependencyError:
     """The one error for ``env_id`` whose dependency failed to import with ``exc``."""
-    entry = _entry(env_id)
+    entry = plugin(env_id)
     name = exc.name or str(exc)
     return MissingDependencyError(
         f"{env_id} needs the {entry.extra!r} extra ({name} does not import: {exc}); install it "
-        f"with: pip install 'agentenvs[{entry.extra}]'",
+        f"with: {_install_hint(entry.extra)}",
         name=exc.name,
     )
 
@@ -89,7 +72,7 @@ def check_dependencies(env_id: str) -> None:
     extra to install) for the first that does not import. The environments call it when made."""
     import importlib
 
-    for module in _entry(env_id).requires:
+    for module in plugin(env_id).requires:
         try:
             importlib.import_module(module)
         except ImportError as exc:
@@ -103,7 +86,7 @@ def register_all() -> None:
             continue
         gym.register(
             id=entry.env_id,
-            entry_point=entry.entry_point,
+            entry_point=entry.env,
             kwargs=dict(entry.kwargs),
             order_enforce=False,
             disable_env_checker=True,
@@ -112,24 +95,19 @@ def register_all() -> None:
 
 def env_class(env_id: str) -> type:
     """The environment class behind ``env_id`` (imports its module)."""
-    import importlib
+    cls = load_part(env_id, "env")
+    if not isinstance(cls, type):
+        from agentenvs.plugins import PluginError, source
 
-    entry = _entry(env_id)
-    module, _, name = entry.entry_point.partition(":")
-    return getattr(importlib.import_module(module), name)
+        raise PluginError(
+            f"environment plugin {env_id!r} ({source(env_id)}) is broken: its env "
+            f"{plugin(env_id).env!r} is a {type(cls).__name__}, not a class"
+        )
+    return cls
 
 
 def make(env_id: str, **kwargs: Any) -> Any:
-    """``gym.make`` for an agentenvs id, with a clear error for an unknown one."""
-    _entry(env_id)
+    """``gym.make`` for an agentenvs id, with a clear error for an unknown or broken one."""
+    plugin(env_id)
     register_all()
     return gym.make(env_id, **kwargs)
-
-
-def _entry(env_id: str) -> EnvEntry:
-    try:
-        return ENVIRONMENTS[env_id]
-    except KeyError:
-        raise gym.error.UnregisteredEnv(
-            f"unknown environment id {env_id!r}; agentenvs registers {sorted(ENVIRONMENTS)}"
-        ) from None

@@ -27,6 +27,7 @@ listing the valid choices.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -34,6 +35,14 @@ from typing import Any, Literal
 from agentenvs.agents.prompts.alfworld import ALFWORLD_INVALID_ACTION
 from agentenvs.agents.prompts.babyai import BABYAI_INVALID_ACTION
 from agentenvs.agents.prompts.textcraft import TEXTCRAFT_INVALID_ACTION
+from agentenvs.plugins import (
+    LiveTable,
+    PluginError,
+    PluginWarning,
+    load_part,
+    plugins,
+    source,
+)
 from agentenvs.suggestions import did_you_mean
 
 __all__ = [
@@ -76,8 +85,8 @@ class EnvProtocol:
     """One paper's setup on one environment.
 
     ``env_kwargs``: keywords ``agentenvs.make`` gets (the variant; ``max_turns`` comes from the
-    turn limits). ``prompt``: a name in :data:`agentenvs.agents.prompts.NAMED_PROMPTS` (system prompt or
-    template, reply format). ``admissible``: where the admissible actions reach the model
+    turn limits). ``prompt``: a name in :data:`agentenvs.agents.prompts.NAMED_PROMPTS` (system
+    prompt or template, reply format). ``admissible``: where the admissible actions reach the model
     (``none``, ``observation``: the environment's observation lists them, ``appended``: a line
     after every observation, ``template``: the template lists them). ``parser``: a name in
     :data:`agentenvs.agents.parsing.PARSERS`. ``unparseable``: ``feedback`` (answer with
@@ -383,20 +392,67 @@ def _setup(row: tuple[Any, ...]) -> EnvProtocol:
     )
 
 
-PROTOCOLS: dict[str, Protocol] = {
-    name: Protocol(name, title, {row[1]: _setup(row) for row in _TABLE if row[0] == name})
-    for name, title in _TITLES.items()
-}
-"""Every protocol by name."""
+def _env_protocols(env_id: str) -> tuple[Protocol, ...]:
+    """The protocols of :data:`_TABLE` with a setup for ``env_id``, each holding that setup
+    alone (what an environment plugin's ``protocols`` names)."""
+    return tuple(
+        Protocol(name, title, {env_id: _setup(row)})
+        for name, title in _TITLES.items()
+        for row in _TABLE
+        if row[0] == name and row[1] == env_id
+    )
 
-DEFAULT_PROTOCOLS: dict[str, str] = {
-    "TextCraft-v0": "prefix-grpo",
-    "BabyAI-Text-v0": "prefix-grpo",
-    "ALFWorld-v0": "ptgpo",
-    "WebShop-v0": "ptgpo",
-    "Sokoban-v0": "ptgpo",
-}
-"""Each environment's default protocol: the paper that reports on it."""
+
+# Each of our environments' protocols, named by its plugin (agentenvs/<env>/plugin.py).
+TEXTCRAFT = _env_protocols("TextCraft-v0")
+BABYAI = _env_protocols("BabyAI-Text-v0")
+ALFWORLD = _env_protocols("ALFWorld-v0")
+WEBSHOP = _env_protocols("WebShop-v0")
+SOKOBAN = _env_protocols("Sokoban-v0")
+
+
+def _plugin_protocols() -> dict[str, Protocol]:
+    """Every plugin's protocols merged by name (a protocol covers the environments whose
+    plugins give a setup under its name; its title is the first plugin's)."""
+    merged: dict[str, Protocol] = {}
+    for env_id in plugins():
+        try:
+            found = _protocols_of(env_id)
+        except PluginError as exc:  # that environment alone has no protocol; it says why on use
+            warnings.warn(str(exc), PluginWarning, stacklevel=2)
+            continue
+        for protocol in found:
+            known = merged.get(protocol.name)
+            envs = {**(known.envs if known else {}), env_id: protocol.envs[env_id]}
+            merged[protocol.name] = Protocol(protocol.name, (known or protocol).title, envs)
+    return merged
+
+
+def _protocols_of(env_id: str) -> tuple[Protocol, ...]:
+    """``env_id``'s plugin's protocols, checked: each a :class:`Protocol` whose only setup is
+    for ``env_id`` (a :class:`~agentenvs.plugins.PluginError` naming the distribution else)."""
+    found = load_part(env_id, "protocols")
+    if found is None:
+        return ()
+    protocols = tuple(found) if isinstance(found, (list, tuple)) else (found,)
+    for protocol in protocols:
+        if not isinstance(protocol, Protocol) or set(protocol.envs) != {env_id}:
+            raise PluginError(
+                f"environment plugin {env_id!r} ({source(env_id)}) is broken: its protocols "
+                f"must be Protocol objects with one setup, for {env_id}; got {protocol!r}"
+            )
+    return protocols
+
+
+PROTOCOLS: LiveTable[str, Protocol] = LiveTable(_plugin_protocols, "protocols")
+"""Every protocol by name (from the environment plugins' ``protocols``)."""
+
+DEFAULT_PROTOCOLS: LiveTable[str, str] = LiveTable(
+    lambda: {e: p.default_protocol for e, p in plugins().items() if p.default_protocol},
+    "default protocols",
+)
+"""Each environment's default protocol (its plugin's ``default_protocol``): for ours, the paper
+that reports on it."""
 
 
 def get_protocol(name: str) -> Protocol:
@@ -430,6 +486,7 @@ def resolve_protocol(env_id: str, protocol: str | None) -> str | None:
     for an environment without one), None is none, a name is checked (an unknown one, or one
     without a setup for ``env_id``, is an error listing the valid ones). The one place that
     resolves ``"default"``."""
+    _check_plugin(env_id)
     name = DEFAULT_PROTOCOLS.get(env_id) if protocol == "default" else protocol
     if name is not None:
         get_protocol(name).for_env(env_id)
@@ -438,4 +495,12 @@ def resolve_protocol(env_id: str, protocol: str | None) -> str | None:
 
 def env_protocol(name: str | None, env_id: str) -> EnvProtocol:
     """The setup of protocol ``name`` (None: the default one) for ``env_id``."""
+    _check_plugin(env_id)
     return get_protocol(name if name is not None else default_protocol(env_id)).for_env(env_id)
+
+
+def _check_plugin(env_id: str) -> None:
+    """Raise the :class:`~agentenvs.plugins.PluginError` of ``env_id``'s protocols when they do
+    not load (the protocol tables leave that environment out)."""
+    if env_id in plugins():
+        _protocols_of(env_id)

@@ -8,30 +8,29 @@ before; ``versions`` turns a shipped game into one of the two
 game versions (``alfworld-0.4``, the default, or ``agentgym``: the games as AgentGym serves them,
 alfworld 0.3.3's); ``observation`` reads the text; ``env`` is :class:`ALFWorldEnv`.
 
-Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
-in :mod:`agentenvs.agents.prompts.alfworld`; the benchmark protocol entries in
-:mod:`agentenvs.agents.protocols`; the speed benchmark in
+Its plugin (``plugin.py`` here, declared in ``pyproject.toml``'s ``agentenvs.envs`` entry
+points) names its parts: the class, the scripted expert in ``expert.py`` here, the prompts in
+:mod:`agentenvs.agents.prompts.alfworld` and the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`. Its speed benchmark is
 :mod:`agentenvs.benchmarks.speed.alfworld`.
 """
 
 from __future__ import annotations
 
-from agentenvs.alfworld.data import TASK_TYPES, ALFWorldDataError, GameRef
-from agentenvs.alfworld.env import DEFAULT_MAX_TURNS, SPLITS, ALFWorldEnv
-from agentenvs.alfworld.versions import (
-    DEFAULT_GAME_VERSION,
-    GAME_VERSIONS,
-    UnknownGameVersionError,
-)
+from agentenvs.plugins import lazy_exports
 
-__all__ = [
-    "DEFAULT_GAME_VERSION",
-    "DEFAULT_MAX_TURNS",
-    "GAME_VERSIONS",
-    "SPLITS",
-    "TASK_TYPES",
-    "ALFWorldDataError",
-    "ALFWorldEnv",
-    "GameRef",
-    "UnknownGameVersionError",
-]
+# name -> the module defining it, imported on first use (importing the package, e.g. for its
+# plugin declaration, imports none of them)
+_EXPORTS = {
+    "TASK_TYPES": "data",
+    "ALFWorldDataError": "data",
+    "GameRef": "data",
+    "DEFAULT_MAX_TURNS": "env",
+    "SPLITS": "env",
+    "ALFWorldEnv": "env",
+    "DEFAULT_GAME_VERSION": "versions",
+    "GAME_VERSIONS": "versions",
+    "UnknownGameVersionError": "versions",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

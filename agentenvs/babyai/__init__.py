@@ -6,28 +6,30 @@ action list and action expansion; ``fields`` the observation parser; ``env`` the
 environment is made (a missing one is a :class:`~agentenvs.registration.MissingDependencyError`
 naming the extra); this package imports without it.
 
-Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
-in :mod:`agentenvs.agents.prompts.babyai`; the benchmark protocol entries in
-:mod:`agentenvs.agents.protocols`; the speed benchmark in
+Its plugin (``plugin.py`` here, declared in ``pyproject.toml``'s ``agentenvs.envs`` entry
+points) names its parts: the class, the scripted expert in ``expert.py`` here, the prompts in
+:mod:`agentenvs.agents.prompts.babyai` and the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`. Its speed benchmark is
 :mod:`agentenvs.benchmarks.speed.babyai`.
 """
 
 from __future__ import annotations
 
-from agentenvs.babyai.env import BabyAITextEnv
-from agentenvs.babyai.fields import parse_fields
-from agentenvs.babyai.levels import FAMILIES, LEVELS, STUDY_LEVELS, Level
-from agentenvs.babyai.text import View, find_path, read_view, run_primitives
+from agentenvs.plugins import lazy_exports
 
-__all__ = [
-    "FAMILIES",
-    "LEVELS",
-    "STUDY_LEVELS",
-    "BabyAITextEnv",
-    "Level",
-    "View",
-    "find_path",
-    "parse_fields",
-    "read_view",
-    "run_primitives",
-]
+# name -> the module defining it, imported on first use (importing the package, e.g. for its
+# plugin declaration, imports none of them)
+_EXPORTS = {
+    "BabyAITextEnv": "env",
+    "parse_fields": "fields",
+    "FAMILIES": "levels",
+    "LEVELS": "levels",
+    "STUDY_LEVELS": "levels",
+    "Level": "levels",
+    "View": "text",
+    "find_path": "text",
+    "read_view": "text",
+    "run_primitives": "text",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -4,21 +4,35 @@
 Lucene ranking in Python, :mod:`~agentenvs.webshop.reward` its purchase reward and
 :mod:`~agentenvs.webshop.catalog` its products, prices and goals.
 
-Its other parts (docs/architecture.md): the scripted expert in ``expert.py`` here; the prompts
-in :mod:`agentenvs.agents.prompts.webshop`; the benchmark protocol entries in
-:mod:`agentenvs.agents.protocols`; the speed benchmark in
+Its plugin (``plugin.py`` here, declared in ``pyproject.toml``'s ``agentenvs.envs`` entry
+points) names its parts: the class, the scripted expert in ``expert.py`` here, the prompts in
+:mod:`agentenvs.agents.prompts.webshop` and the benchmark protocol entries in
+:mod:`agentenvs.agents.protocols`. Its speed benchmark is
 :mod:`agentenvs.benchmarks.speed.webshop`.
 """
 
 from __future__ import annotations
 
-from agentenvs.registration import check_dependencies
+from agentenvs.plugins import lazy_exports
 
-# regex and jinja2 (the ``webshop`` extra) before the modules that import them: a missing one is
-# one MissingDependencyError naming the extra, at gym.make
-check_dependencies("WebShop-v0")
 
-from agentenvs.webshop.catalog import Catalog, Goal, default_catalog  # noqa: E402
-from agentenvs.webshop.env import WebShopEnv, parse_action, parse_fields  # noqa: E402
+def _check_dependencies() -> None:
+    # regex and jinja2 (the ``webshop`` extra) before the modules that import them: a missing
+    # one is one MissingDependencyError naming the extra, at gym.make
+    from agentenvs.registration import check_dependencies
 
-__all__ = ["Catalog", "Goal", "WebShopEnv", "default_catalog", "parse_action", "parse_fields"]
+    check_dependencies("WebShop-v0")
+
+
+# name -> the module defining it, imported on first use (importing the package, e.g. for its
+# plugin declaration, imports none of them)
+_EXPORTS = {
+    "Catalog": "catalog",
+    "Goal": "catalog",
+    "default_catalog": "catalog",
+    "WebShopEnv": "env",
+    "parse_action": "env",
+    "parse_fields": "env",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _check_dependencies)
