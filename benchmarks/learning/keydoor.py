@@ -1,0 +1,289 @@
+"""KeyDoor-v0: the learning benchmark's credit testbed, a key-and-door task in a row of rooms.
+
+Built the way credit assignment is tested (key-to-door tasks): the first action decides the
+outcome many turns later, and the reward is sparse and terminal.
+
+* The hall (room 0) has a sign naming the door's colour and 2 or 3 keys of different colours
+  (listed in random order). Taking a key is final: the other keys crumble.
+* Rooms 1 .. L-1 lead east to the door room L (L = 4..8); some have a dead-end alcove to the
+  north or south. Observations are one or two short lines and name only the room, the key held
+  and the exits, so states recur across episodes (anchor groups form); the sign is shown in
+  the hall only.
+* ``open door`` in the door room ends the episode: reward 1 with the sign's key (won), 0 with
+  another. Every other step's reward is 0; the turn limit is :data:`MAX_TURNS` (20).
+* Held-out layouts and symbol permutations: training tasks (``layout/<n>``, n < 2**16) never
+  pair the door's colour with a distractor of :data:`HELD_OUT_PAIRS`; test tasks
+  (``layout/<n>``, n from 2**16, 200 of them) always do. Every colour is a door and a distractor
+  in training, so only reading the sign carries over.
+
+Every step's info has ``step_credit`` (the oracle arm's): ``L(s) - L(s')`` with ``L`` the length
+of a shortest winning action sequence (:func:`shortest_length`); taking a wrong key is
+:data:`agentenvs.benchmarks.learning.envs.FATAL_CREDIT`; 0 once the episode cannot be won.
+
+It is registered in the process that runs the learning benchmark
+(:mod:`agentenvs.benchmarks.learning.plugins`), not in the package's list of environments.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from agentenvs.core import Outcome, TextEnv
+from agentenvs.expert import Expert, ExpertDecision
+
+__all__ = [
+    "COLORS",
+    "ENV_ID",
+    "HELD_OUT_PAIRS",
+    "MAX_TURNS",
+    "KeyDoorEnv",
+    "KeyDoorExpert",
+    "Layout",
+    "State",
+    "layout",
+    "shortest_length",
+]
+
+ENV_ID = "KeyDoor-v0"
+MAX_TURNS = 20
+"""The turn limit: about twice the longest expert episode (10 turns), the horizon of the
+key-to-door tasks credit assignment is tested on."""
+COLORS = ("red", "blue", "green", "yellow", "white", "black", "purple", "orange")
+HELD_OUT_PAIRS = frozenset((COLORS[i], COLORS[(i + 3) % len(COLORS)]) for i in range(len(COLORS)))
+"""(door colour, distractor colour) pairs that only test layouts have (8 of the 56)."""
+TEST_FIRST = 2**16
+TEST_COUNT = 200
+EXITS = ("north", "south", "east", "west")
+_TASK_ID = re.compile(r"layout/(0|[1-9][0-9]{0,9})")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One task: the keys in the order the hall lists them, the door's colour, the number of
+    rooms after the hall (the last one has the door) and the alcoves {room: exit}."""
+
+    keys: tuple[str, ...]
+    door: str
+    rooms: int
+    alcoves: tuple[tuple[int, str], ...]
+
+    def alcove_of(self, room: int) -> str | None:
+        return dict(self.alcoves).get(room)
+
+
+@dataclass(frozen=True)
+class State:
+    """Where the player is (room 0 the hall; ``alcove``: in that room's alcove), the key held
+    and whether the episode is over."""
+
+    room: int = 0
+    alcove: bool = False
+    key: str | None = None
+    over: bool = False
+
+
+def layout(seed: int) -> Layout:
+    """The layout of task ``layout/<seed>`` (test seeds draw held-out colour pairs)."""
+    held_out = seed >= TEST_FIRST
+    rng = random.Random(f"keydoor|{seed}")
+    count = rng.choice((2, 3))
+    while True:
+        keys = tuple(rng.sample(COLORS, count))
+        door = keys[rng.randrange(count)]
+        pairs = {(door, k) for k in keys if k != door}
+        if bool(pairs & HELD_OUT_PAIRS) == held_out:
+            break
+    rooms = rng.randint(4, 8)
+    alcoves = tuple(
+        (room, rng.choice(("north", "south"))) for room in range(1, rooms) if rng.random() < 0.5
+    )
+    return Layout(keys, door, rooms, alcoves)
+
+
+def shortest_length(lay: Layout, state: State) -> int | None:
+    """Actions of a shortest win from ``state`` (None: it cannot be won)."""
+    if state.over or (state.key is not None and state.key != lay.door):
+        return None
+    back = 1 if state.alcove else 0
+    if state.key is None:  # back to the hall, take the key, walk to the door, open it
+        return back + state.room + 1 + lay.rooms + 1
+    return back + (lay.rooms - state.room) + 1
+
+
+def render(lay: Layout, state: State) -> str:
+    """The observation of ``state`` (short; the sign only in the hall)."""
+    held = f"You hold the {state.key} key." if state.key else "You hold no key."
+    if state.alcove:
+        return f"Alcove of room {state.room}. {held} Exits: {_back(lay, state.room)}."
+    exits = ", ".join(_exits(lay, state))
+    if state.room == 0:
+        keys = "none" if state.key else ", ".join(lay.keys)
+        return f"Hall. Sign: the door is {lay.door}. Keys: {keys}. {held} Exits: {exits}."
+    door = " A locked door." if state.room == lay.rooms else ""
+    return f"Room {state.room}.{door} {held} Exits: {exits}."
+
+
+def _back(lay: Layout, room: int) -> str:
+    return "south" if lay.alcove_of(room) == "north" else "north"
+
+
+def _exits(lay: Layout, state: State) -> list[str]:
+    if state.alcove:
+        return [_back(lay, state.room)]
+    out = [] if state.room == 0 else ["west"]
+    alcove = lay.alcove_of(state.room)
+    if alcove:
+        out.append(alcove)
+    if state.room < lay.rooms:
+        out.append("east")
+    return sorted(out, key=EXITS.index)
+
+
+def transition(lay: Layout, state: State, action: str) -> tuple[State, bool, bool]:
+    """(next state, valid, won) of ``action`` (lower-cased, spaces normalised)."""
+    if action in _exits(lay, state):
+        if state.alcove:
+            return State(state.room, False, state.key), True, False
+        if action in ("north", "south"):
+            return State(state.room, True, state.key), True, False
+        step = 1 if action == "east" else -1
+        return State(state.room + step, False, state.key), True, False
+    if action.startswith("take ") and state.room == 0 and not state.alcove and not state.key:
+        color = action[5:].strip()
+        if color in lay.keys:
+            return State(0, False, color), True, False
+    if action == "open door" and state.room == lay.rooms and not state.alcove and state.key:
+        return State(state.room, False, state.key, over=True), True, state.key == lay.door
+    return state, False, False
+
+
+def step_credit(lay: Layout, before: State, after: State) -> float:
+    """The oracle's credit of the step ``before`` -> ``after`` (module docstring)."""
+    from agentenvs.benchmarks.learning.envs import FATAL_CREDIT
+
+    length = shortest_length(lay, before)
+    if length is None:
+        return 0.0
+    if after.over:  # the door opened (a wrong key cannot reach here: it was fatal earlier)
+        return float(length)
+    then = shortest_length(lay, after)
+    return FATAL_CREDIT if then is None else float(length - then)
+
+
+class KeyDoorEnv(TextEnv):
+    """Take the key the sign names, walk east to the door and open it (module docstring).
+
+    ## Action Space
+    ``north``, ``south``, ``east``, ``west``, ``take <colour>``, ``open door``
+    (case-insensitive). Anything else, or an exit that is not there, changes nothing and still
+    uses a turn (``valid`` False).
+    """
+
+    env_id: ClassVar[str] = ENV_ID
+    splits: ClassVar[tuple[str, ...]] = ("train", "test")
+    default_max_turns: ClassVar[int] = MAX_TURNS
+    task_id_forms: ClassVar[tuple[str, ...]] = ("layout/<0-65535> (train)", "layout/<65536-65735>")
+
+    def __init__(self, max_turns: int | None = None, render_mode: str | None = None) -> None:
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        self._layout: Layout | None = None
+        self._state = State()
+        self._credit = 0.0
+
+    def task_ids(self, split: str) -> list[str]:
+        if split == "train":
+            return [f"layout/{n}" for n in range(TEST_FIRST)]
+        if split == "test":
+            return [f"layout/{n}" for n in range(TEST_FIRST, TEST_FIRST + TEST_COUNT)]
+        raise self._unknown_split(split)
+
+    def _draw_train_task(self) -> str:
+        return f"layout/{int(self.np_random.integers(TEST_FIRST))}"
+
+    def family(self, task_id: str) -> str:
+        return f"{len(layout(self._seed_of(task_id)).keys)}-keys"
+
+    @property
+    def layout(self) -> Layout:
+        if self._layout is None:
+            raise self._reset_needed()
+        return self._layout
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def _start_task(self, task_id: str) -> str:
+        self._layout = layout(self._seed_of(task_id))
+        self._state = State()
+        self._credit = 0.0
+        return render(self._layout, self._state)
+
+    def _apply(self, action: str) -> Outcome:
+        lay = self.layout
+        before = self._state
+        after, valid, won = transition(lay, before, " ".join(action.lower().split()))
+        self._credit = step_credit(lay, before, after)
+        self._state = after
+        if after.over:
+            text = "The door opens." if won else "The key does not fit; the door stays shut."
+            return Outcome(text, 1.0 if won else 0.0, valid=True, won=won, terminated=True)
+        return Outcome(render(lay, after), 0.0, valid=valid)
+
+    def _admissible_actions(self) -> list[str]:
+        state, lay = self._state, self.layout
+        out = list(_exits(lay, state))
+        if state.room == 0 and not state.alcove and state.key is None:
+            out += [f"take {k}" for k in lay.keys]
+        if state.room == lay.rooms and not state.alcove and state.key:
+            out.append("open door")
+        return out
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {"step_credit": self._credit}
+
+    def _get_state(self) -> Any:
+        return (self._state, self._credit)
+
+    def _set_state(self, task_id: str, state: Any) -> None:
+        self._layout = layout(self._seed_of(task_id))
+        self._state, self._credit = state
+
+    def fields(self, observation: str) -> dict[str, Any]:
+        if self._layout is None or observation != self._observation:
+            return {}
+        s = self._state
+        return {"room": s.room, "alcove": s.alcove, "key": s.key or ""}
+
+    def _seed_of(self, task_id: str) -> int:
+        found = _TASK_ID.fullmatch(task_id) if isinstance(task_id, str) else None
+        seed = int(found.group(1)) if found else -1
+        if not 0 <= seed < TEST_FIRST + TEST_COUNT:
+            raise self._unknown_task(str(task_id))
+        return seed
+
+    def _reset_needed(self) -> Exception:
+        from agentenvs.core import ResetNeededError
+
+        return ResetNeededError("call reset() before reading the layout")
+
+
+class KeyDoorExpert(Expert):
+    """Takes the sign's key, walks east (never into an alcove) and opens the door."""
+
+    env_id = ENV_ID
+
+    def act(self, env: TextEnv) -> ExpertDecision:
+        lay, state = env.unwrapped.layout, env.unwrapped.state
+        if state.alcove:
+            return ExpertDecision(_back(lay, state.room), "This alcove is a dead end.")
+        if state.key is None:
+            if state.room > 0:
+                return ExpertDecision("west", "The keys are in the hall.")
+            return ExpertDecision(f"take {lay.door}", f"The sign names the {lay.door} door.")
+        if state.room < lay.rooms:
+            return ExpertDecision("east", "The door is further east.")
+        return ExpertDecision("open door", "I hold the sign's key.")

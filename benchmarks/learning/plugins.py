@@ -1,0 +1,89 @@
+"""The learning benchmark's own environments, as environment plugins of this process only.
+
+``KeyDoor-v0`` (the credit testbed, :mod:`agentenvs.benchmarks.learning.keydoor`) and
+``Sokoban-oracle-v0`` (Sokoban-v0 with the expert's step credit in ``info``,
+:mod:`agentenvs.benchmarks.learning.envs`) are controls of the benchmark, not environments users
+pick, so the agentenvs distribution does not declare them. :func:`register_benchmark_envs` makes
+them plugins of the running process through the one door every environment uses (an
+``agentenvs.envs`` entry point, :mod:`agentenvs.plugins`): it adds a distribution that only
+this process sees (:class:`_BenchmarkFinder`, Python's ``importlib.metadata`` finder hook) and
+reads the plugins again. The benchmark's units, the trainer and the rollouts then find them
+like any other id; ``agentenvs list`` in another process does not.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.metadata
+import pathlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from agentenvs.plugins import EnvPlugin
+
+__all__ = ["DISTRIBUTION", "KEYDOOR", "ORACLE_SOKOBAN", "register_benchmark_envs"]
+
+DISTRIBUTION = "agentenvs-learning-benchmark"
+
+KEYDOOR = EnvPlugin(
+    env_id="KeyDoor-v0",
+    env="agentenvs.benchmarks.learning.keydoor:KeyDoorEnv",
+    expert="agentenvs.benchmarks.learning.keydoor:KeyDoorExpert",
+    prompts="agentenvs.benchmarks.learning.keydoor_prompt:PROMPTS",
+    protocols="agentenvs.benchmarks.learning.keydoor_prompt:PROTOCOLS",
+    default_protocol="keydoor",
+)
+
+ORACLE_SOKOBAN = EnvPlugin(
+    env_id="Sokoban-oracle-v0",
+    env="agentenvs.benchmarks.learning.envs:SokobanOracleEnv",
+    expert="agentenvs.sokoban.expert:SokobanExpert",
+    prompts="agentenvs.benchmarks.learning.envs:PROMPTS",
+    protocols="agentenvs.benchmarks.learning.envs:PROTOCOLS",
+    default_protocol="ptgpo",
+)
+
+_ENTRY_POINTS = "[agentenvs.envs]\n" + "".join(
+    f"{p.env_id} = {__name__}:{name}\n"
+    for name, p in (("KEYDOOR", KEYDOOR), ("ORACLE_SOKOBAN", ORACLE_SOKOBAN))
+)
+
+
+class _BenchmarkDistribution(importlib.metadata.Distribution):
+    """A distribution of this process that declares the two plugins' entry points."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename == "METADATA":
+            return f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: 1\n"
+        if filename == "entry_points.txt":
+            return _ENTRY_POINTS
+        return None
+
+    def locate_file(self, path: Any) -> pathlib.Path:
+        return pathlib.Path(str(path))
+
+
+class _BenchmarkFinder(importlib.abc.MetaPathFinder):
+    """Finds no module; lists :class:`_BenchmarkDistribution` among the distributions."""
+
+    def find_spec(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def find_distributions(self, context: Any = None) -> Iterator[importlib.metadata.Distribution]:
+        name = getattr(context, "name", None)
+        if name is None or name.lower().replace("_", "-") == DISTRIBUTION:
+            yield _BenchmarkDistribution()
+
+
+def register_benchmark_envs() -> None:
+    """Make ``KeyDoor-v0`` and ``Sokoban-oracle-v0`` known in this process (idempotent)."""
+    from agentenvs.plugins import plugins, refresh_plugins
+
+    if any(isinstance(f, _BenchmarkFinder) for f in sys.meta_path):
+        return
+    sys.meta_path.append(_BenchmarkFinder())
+    refresh_plugins()
+    missing = {KEYDOOR.env_id, ORACLE_SOKOBAN.env_id} - set(plugins())
+    if missing:
+        raise RuntimeError(f"the benchmark's environments did not register: {sorted(missing)}")
