@@ -51,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agentenvs.serve.cli:serve_main",
         "serve an environment over HTTP (AgentGym's or OpenEnv's API)",
     ),
+    "mcp": (
+        "agentenvs.serve.mcp_cli:mcp_main",
+        "serve an environment as MCP tools over stdio (for local MCP clients)",
+    ),
     "train rl": (
         "agentenvs.train.rl.cli:rl_main",
         "RL: grpo, dapo, grpo-mis, gigpo, ptgpo, prefix-grpo",

@@ -44,6 +44,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "trl": ("trl", "datasets", "jmespath"),
     "verl": ("verl", "tensordict", "orjson", "cachetools"),
     "openai": ("openai",),
+    "mcp": ("mcp",),
 }
 
 USAGE_EXIT = 2

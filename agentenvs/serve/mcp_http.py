@@ -1,0 +1,173 @@
+"""``agentenvs serve ENV --api mcp``: the MCP tools over streamable HTTP (the ASGI app).
+
+:func:`build_mcp_app` serves :func:`agentenvs.serve.mcp.mcp_server` at ``/mcp`` through the MCP
+SDK's ``StreamableHTTPSessionManager`` (stateful: one MCP session per ``Mcp-Session-Id``, each
+holding one environment session), plus ``GET /agentenvs/v1/health``. ``max_sessions`` bounds both
+the MCP sessions (past it the SDK answers 503) and the environment sessions; ``idle_timeout``
+closes an MCP session with no request in flight for that long (the SDK's own timeout; its
+environment session closes with it) and, through the store's sweeper, an environment session
+not used for that long. With ``auth_token`` every request needs ``Authorization: Bearer
+<token>`` (401 otherwise). A request whose ``Origin`` header names another host than this
+machine's loopback names is refused (403), as the MCP specification asks of servers, against
+DNS rebinding from a web page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentenvs.serve.mcp import make_service, mcp_server
+from agentenvs.serve.service import EnvService
+from agentenvs.serve.sessions import SessionStore
+from agentenvs.serve.settings import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
+
+__all__ = ["HEALTH_PATH", "MCP_PATH", "build_mcp_app"]
+
+MCP_PATH = "/mcp"
+HEALTH_PATH = "/agentenvs/v1/health"
+MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
+"""The largest MCP request body read (the SDK's default): a step's action is at most 10 kB."""
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class _Access:
+    """ASGI middleware: the bearer token (when set) and the Origin check of every request."""
+
+    def __init__(self, app: Any, auth_token: str | None) -> None:
+        self.app = app
+        self.token = auth_token.encode() if auth_token else None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", ()))
+        if self.token is not None and not _bearer_matches(
+            headers.get(b"authorization"), self.token
+        ):
+            message = (
+                "this server requires 'Authorization: Bearer <token>' on every request "
+                "(the token given to agentenvs serve --auth-token or $AGENTENVS_AUTH_TOKEN)"
+            )
+            await _refuse(send, 401, "unauthorized", message, [(b"www-authenticate", b"Bearer")])
+            return
+        origin = headers.get(b"origin")
+        if origin is not None and urlsplit(origin.decode("latin-1")).hostname not in LOOPBACK_HOSTS:
+            message = f"requests from the web origin {origin.decode('latin-1')!r} are refused"
+            await _refuse(send, 403, "forbidden_origin", message, [])
+            return
+        await self.app(scope, receive, send)
+
+
+def _bearer_matches(value: bytes | None, token: bytes) -> bool:
+    if value is None:
+        return False
+    scheme, _, given = value.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
+
+
+async def _refuse(
+    send: Any, status: int, type_: str, message: str, extra: list[tuple[bytes, bytes]]
+) -> None:
+    import json
+
+    body = json.dumps({"error": {"type": type_, "message": message}}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _McpEndpoint:
+    """The ASGI endpoint of ``/mcp``: hands each request to the session manager."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+        self.manager = manager
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.manager.handle_request(scope, receive, send)
+
+
+def build_mcp_app(
+    env_id: str,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    snapshot_key: str | bytes | None = None,
+    worker: int = 0,
+    workers: int = 1,
+    auth_token: str | None = None,
+    **_: Any,
+) -> Any:
+    """The ASGI app of ``agentenvs serve env_id --api mcp`` (keywords as
+    :func:`agentenvs.serve.app.build_app`'s; others, such as ``max_body_bytes``, are ignored:
+    the SDK caps MCP bodies at :data:`MAX_MCP_BODY_BYTES`)."""
+    service = make_service(
+        env_id,
+        env_kwargs=env_kwargs,
+        max_sessions=max_sessions,
+        idle_timeout=idle_timeout,
+        snapshot_key=snapshot_key,
+        worker=worker,
+        workers=workers,
+    )
+    server = mcp_server(service)
+    manager = StreamableHTTPSessionManager(
+        app=server,
+        session_idle_timeout=idle_timeout,
+        max_sessions=max_sessions,
+        max_request_body_size=MAX_MCP_BODY_BYTES,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_sweep_forever(service.store)) if idle_timeout else None
+        try:
+            async with manager.run():
+                yield
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
+            service.store.close_all()
+
+    async def health(_: Request) -> JSONResponse:
+        return JSONResponse({**service.health(), **service.envelope()})
+
+    app = Starlette(
+        routes=[
+            Route(MCP_PATH, endpoint=_McpEndpoint(manager), methods=["GET", "POST", "DELETE"]),
+            Route(HEALTH_PATH, endpoint=health, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.mcp_server = server
+    return _Access(app, auth_token)
+
+
+async def _sweep_forever(store: SessionStore) -> None:
+    assert store.idle_timeout is not None
+    period = min(max(store.idle_timeout / 4, 0.05), 30.0)
+    while True:
+        await asyncio.sleep(period)
+        store.sweep()
+
+
+def service_of(app: Any) -> EnvService:
+    """The :class:`EnvService` behind an app of :func:`build_mcp_app` (tests read its store)."""
+    return app.app.state.service
