@@ -7,13 +7,20 @@ more than its JSON).
 Every request has a deadline. An answer is one of: the JSON body (2xx); :class:`_EnvError`, a
 4xx about the request (unknown task, episode over, a bad field); :class:`_ServerGone`, a dead
 server (connection refused or reset, a 5xx, no answer in time) or a forgotten session (404,
-410); :class:`_Refused`, an answer that is not an agentenvs server's.
+410); :class:`_Refused`, an answer that is not an agentenvs server's; :class:`AuthError`, a 401
+(the server wants a bearer token this client did not send, or another one): one clear error
+that stops the run, never retried.
+
+Every request carries ``Authorization: Bearer <token>`` when the client has a token: its
+``auth_token`` option, else the environment variable :data:`AUTH_TOKEN_ENV` when set
+(:func:`resolve_auth_token`), the token ``agentenvs serve --auth-token`` checks.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import http.client
+import os
 import select
 import socket
 import threading
@@ -26,14 +33,18 @@ from agentenvs.agents.envworkers.pool import EnvWorkerError
 
 __all__ = [
     "API_PREFIX",
+    "AUTH_TOKEN_ENV",
+    "AuthError",
     "DEFAULT_START_TIMEOUT_S",
     "GONE_STATUSES",
     "DaemonThreads",
     "KeepAlive",
     "answer_json",
+    "auth_headers",
     "check_health",
     "normalize_server_url",
     "post_json",
+    "resolve_auth_token",
     "step_tuple",
     "variant_kwargs",
 ]
@@ -41,6 +52,49 @@ __all__ = [
 API_PREFIX = "/agentenvs/v1"
 DEFAULT_START_TIMEOUT_S = 30.0
 GONE_STATUSES = (404, 410)  # the server no longer has the session: its environment is lost
+AUTH_TOKEN_ENV = "AGENTENVS_AUTH_TOKEN"  # the shared bearer token, when no auth_token is given
+
+
+class AuthError(EnvWorkerError):
+    """A server answered 401: the bearer token is missing or wrong (the message says how to
+    pass it). Never retried: every later request would be refused the same way."""
+
+
+def resolve_auth_token(token: str | None = None) -> str | None:
+    """The bearer token to send: ``token``, or (None) :data:`AUTH_TOKEN_ENV` when set; an empty
+    one means none. ValueError for a token that cannot be a header value."""
+    if token is None:
+        token = os.environ.get(AUTH_TOKEN_ENV)
+    token = (token or "").strip()
+    if not token:
+        return None
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        raise ValueError(
+            "an auth token must be printable ASCII without spaces (it is sent as "
+            "'Authorization: Bearer <token>')"
+        )
+    return token
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The request headers that carry ``token`` (none without one)."""
+    return {} if token is None else {"authorization": f"Bearer {token}"}
+
+
+def unauthorized(url: str, route: str, token_sent: bool, detail: str = "") -> AuthError:
+    """The error of a 401 answer of ``url``'s ``route``."""
+    why = (
+        "the token this client sent is not the server's"
+        if token_sent
+        else "this client sent no token and the server requires one"
+    )
+    said = f" ({detail})" if detail else ""
+    return AuthError(
+        f"agentenvs server {url} refused {route} with 401 Unauthorized{said}: {why}. Pass the "
+        f"token the server was started with (agentenvs serve --auth-token): set {AUTH_TOKEN_ENV}"
+        "=TOKEN in this client's environment, or give it as auth_token= (--env-auth-token on "
+        "the command lines)"
+    )
 
 
 class _ServerGone(Exception):
@@ -98,16 +152,18 @@ def import_httpx() -> Any:
     return httpx
 
 
-def answer_json(httpx: Any, env_id: str, url: str, route: str, send: Any) -> dict[str, Any]:
-    """The JSON answer of ``send()`` (an httpx request to ``url``'s ``route``), sorted as the
-    module docstring says."""
+def answer_json(
+    httpx: Any, env_id: str, url: str, route: str, send: Any, token_sent: bool = False
+) -> dict[str, Any]:
+    """The JSON answer of ``send()`` (an httpx request to ``url``'s ``route``, with a bearer
+    token if ``token_sent``), sorted as the module docstring says."""
     try:
         response = send()
     except httpx.TimeoutException as exc:
         raise _ServerGone(f"gave no answer to /{route} in time ({type(exc).__name__})") from None
     except httpx.TransportError as exc:
         raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
-    return sort_answer(env_id, url, route, response.status_code, response.content)
+    return sort_answer(env_id, url, route, response.status_code, response.content, token_sent)
 
 
 def post_json(
@@ -127,13 +183,17 @@ def post_json(
         raise _ServerGone(f"gave no answer to /{route} in time ({type(exc).__name__})") from None
     except (OSError, http.client.HTTPException) as exc:
         raise _ServerGone(f"is unreachable ({type(exc).__name__}: {exc})") from None
-    return sort_answer(env_id, url, route, status, body)
+    return sort_answer(env_id, url, route, status, body, connections.auth_token is not None)
 
 
-def sort_answer(env_id: str, url: str, route: str, status: int, content: bytes) -> dict[str, Any]:
+def sort_answer(
+    env_id: str, url: str, route: str, status: int, content: bytes, token_sent: bool = False
+) -> dict[str, Any]:
     """The JSON body of an answer with ``status``, or the exception it stands for."""
     import orjson
 
+    if status == 401:
+        raise unauthorized(url, f"/{route}", token_sent, _error_message(content))
     if status >= 500:
         raise _ServerGone(f"failed: /{route} answered {status}")
     try:
@@ -148,17 +208,32 @@ def sort_answer(env_id: str, url: str, route: str, status: int, content: bytes) 
     return payload
 
 
+def _error_message(content: bytes) -> str:
+    """The ``error.message`` of an error answer in either API's format, else ""."""
+    import orjson
+
+    try:
+        payload = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return ""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message", ""))
+    return str(error or (payload.get("detail", "") if isinstance(payload, dict) else ""))
+
+
 class KeepAlive:
     """POST requests over keep-alive HTTP/1.1 connections of the standard library's
     ``http.client``, one per thread and server: a thread's requests to a server reuse its
     connection (the pool's requests run on its daemon threads). A connection the server closed
     while it was idle (uvicorn closes idle ones after its keep-alive timeout) is noticed before
-    it is used again, and replaced; a request is never sent twice."""
+    it is used again, and replaced; a request is never sent twice. ``auth_token``: the bearer
+    token every request carries (None: none)."""
 
-    _HEADERS = {"content-type": "application/json"}
-
-    def __init__(self, connect_timeout: float) -> None:
+    def __init__(self, connect_timeout: float, auth_token: str | None = None) -> None:
         self.connect_timeout = connect_timeout
+        self.auth_token = auth_token
+        self._headers = {"content-type": "application/json", **auth_headers(auth_token)}
         self._local = threading.local()
         self._all: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -172,7 +247,7 @@ class KeepAlive:
                 conn.connect()  # within connect_timeout
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.sock.settimeout(timeout)
-            conn.request("POST", path, content, self._HEADERS)
+            conn.request("POST", path, content, self._headers)
             response = conn.getresponse()
             body = response.read()
         except BaseException:
@@ -234,7 +309,8 @@ def variant_kwargs(env_id: str, variant: dict[str, Any]) -> dict[str, Any]:
 def check_health(
     client: Any, httpx: Any, url: str, env_id: str, timeout: float = DEFAULT_START_TIMEOUT_S
 ) -> dict[str, Any]:
-    """The server's health answer, checked: same env id and agentenvs version."""
+    """The server's health answer, checked: same env id and agentenvs version. ``client``
+    carries the run's bearer token in its headers, if any (a 401 is :class:`AuthError`)."""
     from agentenvs import __version__
 
     how = f"start one with `{serve_command(env_id, url)}` (or fix the URL)"
@@ -244,6 +320,10 @@ def check_health(
         raise EnvWorkerError(
             f"no agentenvs server answers at {url} ({type(exc).__name__}: {exc}): {how}"
         ) from None
+    if response.status_code == 401:
+        token_sent = "authorization" in getattr(client, "headers", {})
+        detail = _error_message(response.content)
+        raise unauthorized(url, f"GET {API_PREFIX}/health", token_sent, detail)
     try:
         body = response.json()
     except ValueError:
