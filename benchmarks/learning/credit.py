@@ -24,6 +24,17 @@ same advantage), GiGPO ``A_step`` (omega x (G_t - mean G over the anchor-state g
 ``A^PT`` (omega x the prefix-tree credits). The estimators run as the trainer runs them:
 :func:`agentenvs.train.rl.batch.compute_advantages` on training rows, with each algorithm's
 default settings (:meth:`agentenvs.train.rl.RLConfig.estimator_settings`).
+
+A second group (:func:`play_lost_group`) has no winner: four episodes of the same room that all
+lose, where the returns differ only through the -0.1 step penalty and the discount. Two walk to
+the route ``up``'s decision state at t=4 and take a safe move there, but a later bump into the
+wall leaves them one move short of solving; two bump into the wall first, reach the decision
+state at t=5 and push the box against the wall there (the fatal push). From the decision state
+the fatal pushers have one step fewer left to pay, so their discounted return is higher, and
+PTGPO's equations divide that timing difference by the root's tiny return spread: the fatal
+push gets large positive credit. The table shows it beside PTGPO's ``root_spread`` options for
+shaped rewards (``outcome_gated``: no tree credit where every episode has one outcome;
+``floored``: the spread floored at the reward's scale).
 """
 
 from __future__ import annotations
@@ -39,11 +50,17 @@ __all__ = [
     "EPISODE_SCRIPTS",
     "ROOM",
     "SHARED_STEP",
+    "FATAL_STEP",
+    "LOST_GROUP_SCRIPTS",
+    "LOST_GROUP_VARIANTS",
+    "SAFE_STEP",
     "CreditEpisode",
     "credit_table",
     "estimator_credits",
+    "lost_group_table",
     "main",
     "play_group",
+    "play_lost_group",
 ]
 
 ROOM = "seed/601"
@@ -77,6 +94,30 @@ EPISODE_SCRIPTS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
 """(route, outcome, actions) of the eight episodes: per route two winners and two losers."""
 CREDIT_ALGOS = ("grpo", "gigpo", "ptgpo")
 
+BUMP = {"up": "up", "start": "down"}
+"""A move into the wall (it consumes a turn and changes nothing): from the cell above the
+decision state (route up), and from the cell after the shared move."""
+LOST_GROUP_SCRIPTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("safe", "lose", SHARED + ROUTES["up"] + WIN["up"][:1] + (BUMP["up"],) + WIN["up"][1:5]),
+    ("fatal", "lose", SHARED + (BUMP["start"],) + ROUTES["up"] + LOSE["up"] + AFTER_LOSING[:4]),
+) * 2
+"""(kind, outcome, actions) of the all-lose group: the safe episodes reach the decision state at
+t=4 and step ``up`` (the plan's first move), bump into the wall and run out of turns one push
+short; the fatal ones bump first, reach it at t=5 and push the box against the wall."""
+SAFE_STEP = len(SHARED) + 3
+"""The safe episodes' step at the decision state (4)."""
+FATAL_STEP = SAFE_STEP + 1
+"""The fatal episodes' step at the decision state: the fatal push (5)."""
+LOST_GROUP_VARIANTS: tuple[tuple[str, str, dict[str, object]], ...] = (
+    ("grpo", "grpo", {}),
+    ("gigpo", "gigpo", {}),
+    ("ptgpo (paper)", "ptgpo", {}),
+    ("ptgpo outcome_gated", "ptgpo", {"root_spread": "outcome_gated"}),
+    ("ptgpo floored at 1", "ptgpo", {"root_spread": "floored", "spread_floor": 1.0}),
+)
+"""(label, algo, advantage settings) of the all-lose table; the floor 1 is the reward of a box
+reaching a target, the smallest reward that is an outcome rather than a step penalty."""
+
 
 @dataclass(frozen=True)
 class CreditEpisode:
@@ -90,17 +131,20 @@ class CreditEpisode:
     won: bool
 
 
-def play_group(room: str = ROOM) -> list[CreditEpisode]:
-    """The eight scripted episodes of ``room``, played through ``Sokoban-v0`` with the training
-    protocol's environment settings; an episode whose outcome is not the scripted one is an
-    error (the room or the environment changed)."""
+def play_group(
+    room: str = ROOM,
+    scripts: Sequence[tuple[str, str, tuple[str, ...]]] = EPISODE_SCRIPTS,
+) -> list[CreditEpisode]:
+    """The scripted episodes of ``room`` (default: the eight of :data:`EPISODE_SCRIPTS`), played
+    through ``Sokoban-v0`` with the training protocol's environment settings; an episode whose
+    outcome is not the scripted one is an error (the room or the environment changed)."""
     from agentenvs.agents.protocols import env_protocol
     from agentenvs.registration import make
 
     kwargs = dict(env_protocol(None, "Sokoban-v0").env_kwargs)
     env = make("Sokoban-v0", max_turns=MAX_TURNS, **kwargs)
     episodes = []
-    for route, outcome, actions in EPISODE_SCRIPTS:
+    for route, outcome, actions in scripts:
         observation, _ = env.reset(options={"task_id": room})
         anchors, rewards = [], []
         done = won = False
@@ -118,18 +162,29 @@ def play_group(room: str = ROOM) -> list[CreditEpisode]:
     return episodes
 
 
+def play_lost_group(room: str = ROOM) -> list[CreditEpisode]:
+    """The four episodes of :data:`LOST_GROUP_SCRIPTS` (all lose), played like
+    :func:`play_group`."""
+    return play_group(room, LOST_GROUP_SCRIPTS)
+
+
 def estimator_credits(
-    episodes: Sequence[CreditEpisode], algo: str
+    episodes: Sequence[CreditEpisode], algo: str, **settings: object
 ) -> tuple[list[list[float]], list[list[float]]]:
-    """(advantage, credit) per episode and step under ``algo``'s estimator and default settings,
-    computed by the trainer's :func:`~agentenvs.train.rl.batch.compute_advantages` on one group
-    of training rows; credit = advantage minus the episode's outcome part (GRPO's form for
-    GRPO and PTGPO, ``R - mean R`` for GiGPO's default ``normalize="mean"``)."""
+    """(advantage, credit) per episode and step under ``algo``'s estimator with its default
+    settings and ``settings`` (``advantage.*``, e.g. ``root_spread``), computed by the trainer's
+    :func:`~agentenvs.train.rl.batch.compute_advantages` on one group of training rows; credit =
+    advantage minus the episode's outcome part (GRPO's form for GRPO and PTGPO, ``R - mean R``
+    for GiGPO's default ``normalize="mean"``)."""
     from agentenvs.train.rl import RLConfig
     from agentenvs.train.rl.batch import StepRow, compute_advantages
-    from agentenvs.train.rl.config import DataSettings
+    from agentenvs.train.rl.config import AdvantageSettings, DataSettings
 
-    config = RLConfig(algo=algo, data=DataSettings(env_id="Sokoban-v0"))
+    config = RLConfig(
+        algo=algo,
+        data=DataSettings(env_id="Sokoban-v0"),
+        advantage=AdvantageSettings(**settings),  # type: ignore[arg-type]
+    )
     rows = [
         StepRow(
             prompt_ids=[0],
@@ -204,6 +259,68 @@ def credit_table(episodes: Sequence[CreditEpisode] | None = None) -> list[dict[s
     return rows
 
 
+def lost_group_table(episodes: Sequence[CreditEpisode] | None = None) -> list[dict[str, object]]:
+    """Rows (variant, fatal, safe, abs_mean): the step credit of the fatal push (a fatal
+    episode's t=5) and of the safe move (a safe episode's t=4) at the decision state, and the
+    mean |step credit| over the group's rows, under each of :data:`LOST_GROUP_VARIANTS`."""
+    episodes = list(play_lost_group() if episodes is None else episodes)
+    fatal = next(i for i, ep in enumerate(episodes) if ep.route == "fatal")
+    safe = next(i for i, ep in enumerate(episodes) if ep.route == "safe")
+    rows = []
+    for label, algo, settings in LOST_GROUP_VARIANTS:
+        _, credits = estimator_credits(episodes, algo, **settings)
+        flat = [abs(c) for episode in credits for c in episode]
+        rows.append(
+            {
+                "variant": label,
+                "fatal": round(credits[fatal][FATAL_STEP], 3) + 0.0,
+                "safe": round(credits[safe][SAFE_STEP], 3) + 0.0,
+                "abs_mean": round(sum(flat) / len(flat), 3) + 0.0,
+            }
+        )
+    return rows
+
+
+def format_lost_group(rows: Sequence[dict[str, object]]) -> str:
+    """The all-lose section of ``credit.md``."""
+    lines = [
+        "## A group whose episodes all lose",
+        "",
+        "Four scripted episodes of the same room, all lost (10 moves, -0.1 each, R = -1.0 for "
+        "all, so GRPO's advantage is 0). Two (*safe*) step `right, up, left, up` to route up's "
+        "decision state at t=4, take the plan's first move `up` there, then bump into the wall "
+        "once and run out of turns one push short. Two (*fatal*) bump into the wall first "
+        "(`right, down`), reach the decision state at t=5 and push the box against the wall "
+        "(`right`): the room is unsolvable from then on. Only the step penalty and the discount "
+        "tell the returns apart: from the decision state the fatal pushers have one step fewer "
+        "left to pay. *fatal push* and *safe move* are the step credit (beyond the outcome "
+        "advantage) of the action each takes at the decision state; PTGPO's variants are its "
+        "`advantage.root_spread` settings.",
+        "",
+        "| estimator | fatal push (t=5) | safe move (t=4) | mean abs step credit |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['variant']} | {row['fatal']:+.3f} | {row['safe']:+.3f} | "
+            f"{row['abs_mean']:.3f} |"
+        )
+    by = {str(r["variant"]): r for r in rows}
+    lines += [
+        "",
+        "What it shows. The paper's PTGPO divides the return differences by the root groups' "
+        "spread, which here is the step penalty's timing alone, so the fatal push gets "
+        f"{by['ptgpo (paper)']['fatal']:+.3f}: the action that lost the room is rewarded. "
+        "GiGPO (no division) gives it "
+        f"{by['gigpo']['fatal']:+.3f}. `outcome_gated` gives no tree credit in a root whose "
+        "episodes share one outcome, so every step of this group gets "
+        f"{by['ptgpo outcome_gated']['abs_mean']:.3f}; `floored` divides by at least the "
+        f"box reward (1), leaving {by['ptgpo floored at 1']['fatal']:+.3f}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def format_credit(rows: Sequence[dict[str, object]]) -> str:
     """``credit.md``: the group, the table and what it shows."""
     lines = [
@@ -271,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", default=None, help="write the markdown here (else print it)")
     args = parser.parse_args(argv)
-    text = format_credit(credit_table())
+    text = format_credit(credit_table()) + "\n" + format_lost_group(lost_group_table())
     if args.out:
         Path(args.out).write_text(text)
     print(text)

@@ -12,11 +12,16 @@ pytest.importorskip("torch")
 
 from agentenvs.benchmarks.learning.credit import (  # noqa: E402
     DECISIVE_STEP,
+    FATAL_STEP,
+    SAFE_STEP,
     SHARED_STEP,
     credit_table,
     estimator_credits,
     format_credit,
+    format_lost_group,
+    lost_group_table,
     play_group,
+    play_lost_group,
 )
 
 GAMMA = 0.95  # GiGPO's and PTGPO's default discount in the trainer
@@ -134,3 +139,74 @@ def test_the_expert_labels_the_decisive_push_fatal(episodes):
             assert labels[DECISIVE_STEP + 1 :] == ["lost"] * (T - DECISIVE_STEP - 1)
         assert "fatal" not in labels[:DECISIVE_STEP] and "lost" not in labels[:DECISIVE_STEP]
     assert label_actions([episodes[0].anchors[0]], [None]) == ["detour"]  # no action: no move
+
+
+# ------------------------------------------------------------------------------ all lose
+
+
+@pytest.fixture(scope="module")
+def lost():
+    return play_lost_group()
+
+
+def _kinds(lost):
+    fatal = next(i for i, ep in enumerate(lost) if ep.route == "fatal")
+    safe = next(i for i, ep in enumerate(lost) if ep.route == "safe")
+    return fatal, safe
+
+
+def test_the_lost_group_differs_only_in_timing(lost):
+    from agentenvs.benchmarks.learning.oracle_credit import label_actions
+
+    assert len(lost) == 4 and not any(ep.won for ep in lost)
+    for ep in lost:
+        assert list(ep.rewards) == pytest.approx([-0.1] * T)  # R = -1.0 for all
+    fatal, safe = _kinds(lost)
+    decision = lost[safe].anchors[SAFE_STEP]
+    assert lost[fatal].anchors[FATAL_STEP] == decision  # the same state, a step later
+    assert label_actions(lost[fatal].anchors, lost[fatal].actions)[FATAL_STEP] == "fatal"
+    assert "fatal" not in label_actions(lost[safe].anchors, lost[safe].actions)
+
+
+def _g(t: int) -> float:
+    """G_t of a lost episode: -0.1 a step for the 10 - t steps left, discounted by 0.95."""
+    return sum(-0.1 * GAMMA**k for k in range(T - t))
+
+
+def test_paper_ptgpo_rewards_the_fatal_push_when_all_lose(lost):
+    # roots before the push, each with the safe members at t and the fatal ones at t + 1: the
+    # state after the shared move (the fatal pushers stand there twice: 4 x G_1, 2 x G_2; the
+    # split at depth 3 credits (G_2 - G_1) / 2 over std 2 (G_2 - G_1) / sqrt(15)), then the three
+    # states of the route (2 x G_t, 2 x G_t+1: (delta / 2) / (delta / sqrt(3)))
+    _, credits = estimator_credits(lost, "ptgpo")
+    fatal, safe = _kinds(lost)
+    paper = math.sqrt(15) / 4 + 3 * math.sqrt(3) / 2
+    assert credits[fatal][FATAL_STEP] == pytest.approx(paper, rel=1e-4)
+    assert credits[safe][SAFE_STEP] == pytest.approx(-paper, rel=1e-4)
+    # GiGPO: the decision state's group alone, G_5 - mean = (G_5 - G_4) / 2, no division
+    _, gigpo = estimator_credits(lost, "gigpo")
+    assert gigpo[fatal][FATAL_STEP] == pytest.approx((_g(5) - _g(4)) / 2, abs=1e-6)
+
+
+def test_outcome_gated_ptgpo_gives_the_fatal_push_no_credit_when_all_lose(lost):
+    _, credits = estimator_credits(lost, "ptgpo", root_spread="outcome_gated")
+    fatal, _ = _kinds(lost)
+    assert credits[fatal][FATAL_STEP] <= 0.0
+    assert all(c == pytest.approx(0.0, abs=1e-9) for episode in credits for c in episode)
+
+
+def test_floored_ptgpo_keeps_only_the_raw_timing_difference(lost):
+    _, credits = estimator_credits(lost, "ptgpo", root_spread="floored", spread_floor=1.0)
+    fatal, _ = _kinds(lost)
+    raw = sum((_g(t + 1) - _g(t)) / 2 for t in (1, 2, 3, 4))  # every root spread < 1
+    assert credits[fatal][FATAL_STEP] == pytest.approx(raw, abs=1e-6)
+
+
+def test_lost_group_table_and_its_section(lost):
+    rows = {r["variant"]: r for r in lost_group_table(lost)}
+    assert rows["ptgpo (paper)"]["fatal"] == 3.566
+    assert rows["ptgpo outcome_gated"]["fatal"] == rows["grpo"]["fatal"] == 0.0
+    assert rows["ptgpo floored at 1"]["fatal"] == 0.144
+    text = format_lost_group(list(rows.values()))
+    assert "| ptgpo outcome_gated | +0.000 | +0.000 | 0.000 |" in text
+    assert "-0.000" not in text
