@@ -53,6 +53,9 @@ REASONS: dict[str, str] = {
     "tensordict": "verl 0.9.1 accepts tensordict >=0.8.0,<=0.10.0: the newest it accepts",
     "openenv": "the server subclasses OpenEnv's server types and its clients are tested against "
     "it; 0.x minors change them, so the range is the tested minor",
+    "mcp": "OpenEnv 0.10 needs fastmcp 3, which needs mcp<2, so [all] holds mcp 1.x; the MCP "
+    "server is written against 1.x's low-level server (1.30: the streamable HTTP session "
+    "limit and idle timeout)",
 }
 
 # floor -> why the venv runs an older release than the newest (shown beside it)
@@ -74,6 +77,13 @@ PROTOCOL_ROWS: list[tuple[str, str, str, str | None]] = [
         "the repository's clients (0.2.0), recorded",
     ),
     ("OpenEnv (`--api openenv`)", "openenv", "server types and the clients the tests use", None),
+    (
+        "MCP (`--api mcp`, `agentenvs mcp`)",
+        "mcp",
+        "the official MCP SDK: its low-level server, streamable HTTP and stdio transports, and "
+        "the ClientSession the tests use",
+        None,
+    ),
     ("both", "fastapi", "the server's web framework", None),
     ("both", "uvicorn", "the ASGI server (`[standard]`: websockets for `/ws`)", None),
     ("both", "websockets", "WebSocket server (uvicorn) and client (openenv's EnvClient)", None),
