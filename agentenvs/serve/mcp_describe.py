@@ -53,7 +53,7 @@ BRIEFS: dict[str, EnvBrief] = {
         summary="TextCraft: craft a Minecraft item from base materials by following recipes.",
         actions=(
             "get <count> <item>",
-            "craft <count> <item> using <count> <item>, <count> <item>, ...",
+            "craft <count> <item> using <count> <item>, ...",
             "inventory",
         ),
         notes=(
@@ -131,8 +131,9 @@ BRIEFS: dict[str, EnvBrief] = {
 
 def action_pattern(form: str) -> re.Pattern[str]:
     """A regular expression an action of ``form`` matches: each ``<...>`` stands for some text,
-    ``in/on`` for either word, ``, ...`` for more of the same."""
-    text = re.escape(form.replace(", ...", "")).replace("in/on", "(?:in|on)")
+    ``in/on`` for either word or both (ALFWorld writes ``in/on``), ``, ...`` for more of the
+    same."""
+    text = re.escape(form.replace(", ...", "")).replace("in/on", "(?:in/on|in|on)")
     text = re.sub(r"<[^>]*>", ".+", text.replace("\\<", "<").replace("\\>", ">"))
     if form.endswith(", ..."):
         text += "(?:, .+)*"
