@@ -13,8 +13,9 @@ outcome many turns later, and the reward is sparse and terminal.
   another. Every other step's reward is 0; the turn limit is :data:`MAX_TURNS` (20).
 * Held-out layouts and symbol permutations: training tasks (``layout/<n>``, n < 2**16) never
   pair the door's colour with a distractor of :data:`HELD_OUT_PAIRS`; test tasks
-  (``layout/<n>``, n from 2**16, 200 of them) always do. Every colour is a door and a distractor
-  in training, so only reading the sign carries over.
+  (``layout/<n>``, n = 2**16 .. 2**16 + 199) and validation tasks (the next 200 seeds: settings
+  are chosen on them) always do. Every colour is a door and a distractor in training, so only
+  reading the sign carries over.
 
 Every step's info has ``step_credit`` (the oracle arm's): ``L(s) - L(s')`` with ``L`` the length
 of a shortest winning action sequence (:func:`shortest_length`); taking a wrong key is
@@ -56,6 +57,8 @@ HELD_OUT_PAIRS = frozenset((COLORS[i], COLORS[(i + 3) % len(COLORS)]) for i in r
 """(door colour, distractor colour) pairs that only test layouts have (8 of the 56)."""
 TEST_FIRST = 2**16
 TEST_COUNT = 200
+VALIDATION_FIRST = TEST_FIRST + TEST_COUNT
+VALIDATION_COUNT = 200
 EXITS = ("north", "south", "east", "west")
 _TASK_ID = re.compile(r"layout/(0|[1-9][0-9]{0,9})")
 
@@ -183,9 +186,13 @@ class KeyDoorEnv(TextEnv):
     """
 
     env_id: ClassVar[str] = ENV_ID
-    splits: ClassVar[tuple[str, ...]] = ("train", "test")
+    splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
     default_max_turns: ClassVar[int] = MAX_TURNS
-    task_id_forms: ClassVar[tuple[str, ...]] = ("layout/<0-65535> (train)", "layout/<65536-65735>")
+    task_id_forms: ClassVar[tuple[str, ...]] = (
+        "layout/<0-65535> (train)",
+        "layout/<65536-65735> (test)",
+        "layout/<65736-65935> (validation)",
+    )
 
     def __init__(self, max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
@@ -198,6 +205,9 @@ class KeyDoorEnv(TextEnv):
             return [f"layout/{n}" for n in range(TEST_FIRST)]
         if split == "test":
             return [f"layout/{n}" for n in range(TEST_FIRST, TEST_FIRST + TEST_COUNT)]
+        if split == "validation":
+            last = VALIDATION_FIRST + VALIDATION_COUNT
+            return [f"layout/{n}" for n in range(VALIDATION_FIRST, last)]
         raise self._unknown_split(split)
 
     def _draw_train_task(self) -> str:
@@ -261,7 +271,7 @@ class KeyDoorEnv(TextEnv):
     def _seed_of(self, task_id: str) -> int:
         found = _TASK_ID.fullmatch(task_id) if isinstance(task_id, str) else None
         seed = int(found.group(1)) if found else -1
-        if not 0 <= seed < TEST_FIRST + TEST_COUNT:
+        if not 0 <= seed < VALIDATION_FIRST + VALIDATION_COUNT:
             raise self._unknown_task(str(task_id))
         return seed
 

@@ -33,6 +33,7 @@ KEYDOOR = EnvPlugin(
     prompts="agentenvs.benchmarks.learning.keydoor_prompt:PROMPTS",
     protocols="agentenvs.benchmarks.learning.keydoor_prompt:PROTOCOLS",
     default_protocol="keydoor",
+    splits=("train", "validation", "test"),
 )
 
 ORACLE_SOKOBAN = EnvPlugin(

@@ -47,6 +47,7 @@ from agentenvs.benchmarks.learning.settings import (
 )
 from agentenvs.benchmarks.learning.stages import (
     data_stage,
+    random_stage,
     replay_stage,
     rl_stage,
     rl_teacher_stage,
@@ -54,6 +55,9 @@ from agentenvs.benchmarks.learning.stages import (
 )
 
 __all__ = ["main", "parse_overrides", "run_benchmark"]
+
+NO_SFT_ARMS = ("sft", "random")
+"""Arms whose unit does not start from the seed's SFT model."""
 
 
 def _bar(total: int, desc: str, enabled: bool) -> Any:
@@ -153,7 +157,7 @@ def _run_units(
     failed = []
 
     def ready(unit: tuple[str, int]) -> bool:
-        return unit[0] == "sft" or (out / "sft" / f"seed-{unit[1]}" / "result.json").is_file()
+        return unit[0] in NO_SFT_ARMS or (out / "sft" / f"seed-{unit[1]}" / "result.json").is_file()
 
     while todo or running:
         while len(running) < jobs and any(ready(u) for u in todo):
@@ -207,6 +211,9 @@ def run_benchmark(
     and RL units run that many at a time in their own processes."""
     import torch
 
+    from agentenvs.benchmarks.learning.plugins import register_benchmark_envs
+
+    register_benchmark_envs()  # KeyDoor-v0 and Sokoban-oracle-v0, in this process
     torch.set_num_threads(settings.threads)
     out = Path(out_dir)
     start = time.perf_counter()
@@ -225,8 +232,8 @@ def run_benchmark(
         if preset_name is None:
             raise ValueError("jobs > 1 runs the units by preset name: pass preset_name")
         seeds = settings.seeds
-        units = [("sft", s) for s in seeds if "sft" in run_arms]
-        units += [(a, s) for s in seeds for a in run_arms if a != "sft"]
+        units = [(a, s) for a in NO_SFT_ARMS for s in seeds if a in run_arms]
+        units += [(a, s) for s in seeds for a in run_arms if a not in NO_SFT_ARMS]
         _run_units(
             preset_name,
             out,
@@ -236,8 +243,12 @@ def run_benchmark(
             show=progress,
             overrides=preset_overrides,
         )
+    if "random" in run_arms:
+        for seed in settings.seeds:
+            _stage(f"random agent, seed {seed}", progress)
+            random_stage(settings, out, eval_ids, seed, progress=progress)
     sft: dict[int, dict[str, Any]] = {}
-    for seed in settings.seeds:
+    for seed in settings.seeds if set(run_arms) - {"random"} else ():
         _stage(f"sft + eval, seed {seed}", progress)
         sft[seed] = sft_stage(settings, out, data, eval_ids, seed, progress=progress)
     queries: dict[int, str] = {}
@@ -248,7 +259,7 @@ def run_benchmark(
                 "samples"
             ]
     for arm in run_arms:
-        if arm == "sft":
+        if arm in NO_SFT_ARMS:
             continue
         for seed in settings.seeds:
             _stage(f"rl {arm} + eval, seed {seed}", progress)

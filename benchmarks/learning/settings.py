@@ -18,10 +18,12 @@ from agentenvs.benchmarks.learning.model import CHECK_MODEL
 
 __all__ = [
     "ARMS",
+    "ORACLE_ENVS",
     "PRESETS",
     "BenchSettings",
     "eval_task_ids",
     "preset",
+    "rl_env_id",
     "rl_task_ids",
     "train_task_ids",
     "validation_task_ids",
@@ -29,7 +31,16 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 EVAL_SPLITS = ("test", "validation")
-ARMS = ("sft", "grpo", "gigpo", "ptgpo", "prefix-grpo")
+ARMS = ("sft", "random", "grpo", "gigpo", "ptgpo", "oracle", "prefix-grpo")
+"""Every arm the benchmark knows: ``sft`` (the common start), ``random`` (the random agent on the
+same evaluation tasks, no model), the RL arms from the SFT model, and ``oracle``: trained exactly
+like ``grpo`` (same episode advantage, loss, budget and starts) plus the expert's true step credit
+of each action (``info["step_credit"]``, docs/learning-check/oracle-arm.md), a control that shows
+whether a testbed can reveal step credit at all."""
+
+ORACLE_ENVS = {"Sokoban-v0": "Sokoban-oracle-v0", "KeyDoor-v0": "KeyDoor-v0"}
+"""The environment the ``oracle`` arm trains on: the benchmark's environment whose steps report
+the expert's credit (the same tasks, observations and rewards)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,29 @@ TEXTCRAFT_RL: dict[str, Any] = {
 """TextCraft's RL setting (the ``textcraft`` and ``demo`` presets): the training tasks with at
 most 3 recipes, each under 16 item-name permutations, AdamW 3e-4 at a constant rate."""
 
+KEYDOOR: dict[str, Any] = {
+    "env_id": "KeyDoor-v0",
+    "arms": ("sft", "random", "grpo", "gigpo", "ptgpo", "oracle"),
+    "train_tasks": 256,
+    "eval_per_family": {"2-keys": 12, "3-keys": 12},
+    "max_expert_turns": None,
+    "validation_tasks": 24,
+    "sft_steps": 200,
+    "sft_lr": 1e-2,
+    "max_turns": 20,
+    "max_new_tokens": 24,
+    "rl_iterations": 16,
+    "rl_prompts": 8,
+    "rl_samples": 8,
+    "rl_optimizer": "adamw",
+    "rl_lr": 3e-4,
+    "rl_schedule": "constant",
+    "eval_every": 8,
+}
+"""The credit testbed's settings (``keydoor`` and ``keydoor-validation``): 256 training layouts
+(the expert's episodes are the SFT data and RL plays the same layouts), 24 evaluation layouts
+(12 with 2 keys, 12 with 3), turn limit 20, groups of 8, AdamW 3e-4 as Sokoban's."""
+
 PRESETS: dict[str, BenchSettings] = {
     # what was measured to transfer to held-out tasks (docs/learning-check/README.md): item
     # names as single tokens, 16 renamed copies per episode from the recipe database's names,
@@ -147,6 +181,34 @@ PRESETS: dict[str, BenchSettings] = {
         rl_lr=3e-4,
         rl_schedule="constant",
         eval_every=16,
+    ),
+    # Sokoban's settings chosen on validation rooms (never the test rooms): the oracle arm
+    # against GRPO, SFT against the random agent, groups of 8 (gamma 0.95 in GiGPO and PTGPO)
+    "sokoban-validation": BenchSettings(
+        env_id="Sokoban-v0",
+        arms=("sft", "random", "grpo", "oracle"),
+        train_tasks=256,
+        eval_per_family={"6x6-1box": 24},
+        max_expert_turns=None,
+        sft_steps=600,
+        sft_lr=1e-2,
+        validation_tasks=24,
+        eval_split="validation",
+        max_turns=10,
+        max_new_tokens=24,
+        rl_iterations=8,
+        rl_prompts=8,
+        rl_samples=8,
+        rl_optimizer="adamw",
+        rl_lr=3e-4,
+        rl_schedule="constant",
+        eval_every=4,
+    ),
+    # the credit testbed (KeyDoor-v0, benchmarks/learning/keydoor.py): every arm, the held-out
+    # layouts with held-out colour pairs; its settings come from "keydoor-validation"
+    "keydoor": BenchSettings(**KEYDOOR),
+    "keydoor-validation": BenchSettings(
+        **{**KEYDOOR, "arms": ("sft", "random", "grpo", "oracle"), "eval_split": "validation"}
     ),
     # a minute or two: every stage, two seeds, two RL arms, tiny shapes (make test)
     "smoke": BenchSettings(
@@ -228,8 +290,14 @@ def train_task_ids(settings: BenchSettings) -> list[str]:
 
 
 def validation_task_ids(settings: BenchSettings) -> list[str]:
-    """The ``validation_tasks`` eligible train-split tasks right after the training tasks:
-    never trained on, never in the test split; settings are chosen on them."""
+    """The validation tasks (settings are chosen on them; never trained on, never in the test
+    split): an environment with a ``validation`` split (KeyDoor-v0) gives them from it, spread
+    over the families as the test tasks are; else the ``validation_tasks`` eligible train-split
+    tasks right after the training tasks (Sokoban: train seeds 256-279)."""
+    from agentenvs.registration import env_class
+
+    if "validation" in env_class(settings.env_id).splits:
+        return _family_sample(settings, "validation", settings.validation_tasks)
     count = settings.train_tasks + settings.validation_tasks
     ids = _eligible_train_ids(settings, count)[settings.train_tasks :]
     if len(ids) < settings.validation_tasks:
@@ -267,21 +335,40 @@ def eval_task_ids(settings: BenchSettings) -> list[str]:
     """The tasks the arms are evaluated on: with ``eval_split="validation"`` the validation
     tasks; else held-out test-split tasks, ``eval_per_family[f]`` of family ``f``, evenly
     spaced over that family's eligible tasks (fixed, seed-independent)."""
-    from agentenvs.registration import env_class
-
     if settings.eval_split == "validation":
         return validation_task_ids(settings)
+    return _family_sample(settings, "test")
+
+
+def _family_sample(settings: BenchSettings, split: str, total: int | None = None) -> list[str]:
+    """``eval_per_family[f]`` eligible tasks of family ``f`` of ``split``, evenly spaced (fixed,
+    seed-independent); ``total``: that many in all, in the same proportions."""
+    from agentenvs.registration import env_class
 
     env = env_class(settings.env_id)()
-    ids = env.task_ids("test")
+    ids = env.task_ids(split)
     turns = _expert_turns(settings.env_id, ids) if settings.max_expert_turns is not None else None
     out = []
-    for family, count in settings.eval_per_family.items():
+    per_family = dict(settings.eval_per_family)
+    if total is not None:
+        whole = sum(per_family.values())
+        per_family = {f: max(1, round(total * c / whole)) for f, c in per_family.items()}
+    for family, count in per_family.items():
         pool = [t for t in ids if env.family(t) == family]
         if turns is not None:
             pool = [t for t in pool if turns.get(t, 10**9) <= settings.max_expert_turns]
         if len(pool) < count:
-            raise ValueError(f"{settings.env_id}: only {len(pool)} eligible {family} test tasks")
+            raise ValueError(f"{settings.env_id}: only {len(pool)} eligible {family} {split} tasks")
         step = len(pool) / count
         out += [pool[int(i * step)] for i in range(count)]
     return out
+
+
+def rl_env_id(settings: BenchSettings, arm: str) -> str:
+    """The environment an RL arm trains on: :data:`ORACLE_ENVS`' for ``oracle``, else the
+    benchmark's."""
+    if arm != "oracle":
+        return settings.env_id
+    if settings.env_id not in ORACLE_ENVS:
+        raise ValueError(f"the oracle arm has no step credit for {settings.env_id}")
+    return ORACLE_ENVS[settings.env_id]

@@ -9,6 +9,10 @@ instead of running it again (the resume points of ``make learning-check``).
   replay validation, sidecars) over the teacher trajectories.
 * :func:`rl_stage`: one RL arm from this seed's SFT model, evaluated every ``eval_every``
   iterations and at the end (the run is cut into segments and resumed exactly between them).
+  The ``oracle`` arm trains on the environment whose steps report the expert's credit
+  (:func:`agentenvs.benchmarks.learning.settings.rl_env_id`), as ``grpo`` otherwise.
+* :func:`random_stage`: the random agent (``random:<seed>``) on the evaluation tasks, the floor
+  that SFT must clearly beat (the ``random`` arm).
 
 Evaluations play every held-out task ``eval_n`` times at temperature 1 with a seed derived from
 the run's seed (the same episodes' sampling seeds for every arm of one seed) and record
@@ -33,6 +37,7 @@ __all__ = [
     "evaluate_tasks",
     "replay_stage",
     "rl_stage",
+    "random_stage",
     "rl_teacher_stage",
     "sft_stage",
 ]
@@ -56,11 +61,17 @@ TRAINING_METRICS = (
     "adv/tree_depth_max",
     "adv/tree_branching",
     "adv/tree_split_frac",
+    "actor/entropy",
 )
 """Per-iteration metrics of an RL unit kept in its ``result.json`` (``training``) and
 summarised per arm: training success, how often anchor states coincide, how much of the
 advantage is step credit, how many groups give no signal, and PTGPO's trees (None where an
 estimator does not report one)."""
+
+MOVEMENT_PREFIXES = ("actor/kl", "actor/clip", "actor/entropy")
+"""How far an arm moved from its SFT model (KL to it, clip fraction, entropy): every
+per-iteration metric whose name starts with one of these is kept beside
+:data:`TRAINING_METRICS`, whatever the trainer calls it."""
 
 
 def _done(path: Path) -> dict[str, Any] | None:
@@ -132,7 +143,7 @@ def rl_teacher_stage(
 
 def evaluate_tasks(
     settings: BenchSettings,
-    model: Path,
+    model: Path | str,
     task_ids: list[str],
     seed: int,
     out: Path,
@@ -140,8 +151,9 @@ def evaluate_tasks(
     progress: bool = False,
     label: str = "eval",
 ) -> dict[str, list[int]]:
-    """``{task_id: [successes, samples]}`` of ``model`` on ``task_ids`` (``eval_n`` episodes
-    each); the trajectories go to ``out/trajectories.jsonl``. ``progress``: a bar per episode."""
+    """``{task_id: [successes, samples]}`` of ``model`` (a model directory, or a policy spec
+    such as ``random:0``) on ``task_ids`` (``eval_n`` episodes each); the trajectories go to
+    ``out/trajectories.jsonl``. ``progress``: a bar per episode."""
     from tqdm.auto import tqdm
 
     from agentenvs.agents.policy import SamplingParams
@@ -154,7 +166,8 @@ def evaluate_tasks(
         history="default",
         sampling=SamplingParams(1.0, 1.0, settings.max_new_tokens, 1_000_003 * (seed + 1)),
     )
-    policy = make_policy(f"hf:{model}")
+    spec = model if isinstance(model, str) and ":" in model else f"hf:{model}"
+    policy = make_policy(spec)
     plan = plan_episodes(task_ids, settings.eval_n)
     bar = tqdm(total=len(plan), desc=label, unit="ep", disable=not progress, dynamic_ncols=True)
     try:
@@ -224,6 +237,33 @@ def sft_stage(
     )
 
 
+def random_stage(
+    settings: BenchSettings, out: Path, eval_ids: list[str], seed: int, *, progress: bool = False
+) -> dict[str, Any]:
+    """The random agent (a uniformly random admissible action each turn, ``random:<seed>``) on
+    the evaluation tasks, under the same turn limit and episode count as every arm."""
+    run = out / "random" / f"seed-{seed}"
+    done = _done(run / "result.json")
+    if done is not None:
+        return done
+    clock = time.perf_counter()
+    per_task = evaluate_tasks(
+        settings, f"random:{seed}", eval_ids, seed, run / "eval", progress=progress,
+        label="eval random",
+    )  # fmt: skip
+    return _finish(
+        run / "result.json",
+        {
+            "arm": "random",
+            "seed": seed,
+            "policy": f"random:{seed}",
+            "per_task": per_task,
+            "curve": {"0": per_task},
+            "seconds": {"total": round(time.perf_counter() - clock, 1)},
+        },
+    )
+
+
 def replay_stage(
     out: Path, expert: Path, sft: dict[str, Any], seed: int, *, progress: bool = False
 ) -> dict[str, Any]:
@@ -258,6 +298,7 @@ def replay_stage(
 def _rl_config(
     settings: BenchSettings, arm: str, sft: dict[str, Any], run: Path, seed: int, data: Any
 ) -> Any:
+    from agentenvs.benchmarks.learning.settings import rl_env_id
     from agentenvs.train.config import load_config
     from agentenvs.train.rl import RLConfig
 
@@ -280,7 +321,7 @@ def _rl_config(
         "save_every": settings.rl_iterations,
         "tensorboard": "false",
         "seed": seed,
-        "data.env_id": settings.env_id,
+        "data.env_id": rl_env_id(settings, arm),
     }
     if arm == "prefix-grpo":
         values["data.queries"] = data
@@ -334,7 +375,9 @@ def rl_stage(
         _finish(point, curve[str(stop)])
         eval_s += time.perf_counter() - clock
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    training = {k: [m.get(k) for m in lines] for k in TRAINING_METRICS}
+    kept = list(TRAINING_METRICS)
+    kept += sorted({k for m in lines for k in m if k.startswith(MOVEMENT_PREFIXES)} - set(kept))
+    training = {k: [m.get(k) for m in lines] for k in kept}
     return _finish(
         run / "result.json",
         {

@@ -43,13 +43,15 @@ def test_contract_on_expert_and_wandering_episodes(task_id):
 def test_held_out_colour_pairs_and_layouts():
     env = KeyDoorEnv()
     train, test = env.task_ids("train"), env.task_ids("test")
-    assert not set(train) & set(test) and len(test) == 200
+    validation = env.task_ids("validation")
+    assert not set(train) & set(test) and len(test) == len(validation) == 200
+    assert not (set(train) | set(test)) & set(validation)
     for seed in range(300):
         lay = layout(seed)
         assert not {(lay.door, k) for k in lay.keys} & HELD_OUT_PAIRS
         assert 4 <= lay.rooms <= 8 and len(set(lay.keys)) == len(lay.keys) in (2, 3)
     doors, distractors = set(), set()
-    for task in test:
+    for task in test + validation:
         lay = layout(int(task.split("/")[1]))
         assert {(lay.door, k) for k in lay.keys} & HELD_OUT_PAIRS
     for seed in range(300):
