@@ -1,0 +1,1 @@
+"""Guess-the-number, an agentenvs environment plugin (``plugin.py`` declares it)."""
