@@ -18,7 +18,9 @@ into one ATIF document, checked against the ``atif`` package's pydantic models:
 :func:`atif_to_trajectory` reads a document back: one of ours becomes the same trajectory; one
 from another harness (tool calls, no environment fields) becomes a trajectory whose turns are its
 agent steps: the reply, the tool calls as the action (``name {arguments}``), the tool results as
-the environment's answer, the last thing the agent was shown as the observation it acted on.
+the environment's answer, the last thing the agent was shown as the observation it acted on;
+its reward and ``won`` are what its ``extra`` or ``final_metrics.extra`` records (else 0 and
+False), its token counts and reasoning go to each turn's ``info``.
 """
 
 from __future__ import annotations
@@ -293,6 +295,9 @@ def _record(step: dict[str, Any], shown: str, turn: int) -> StepRecord:
     for key in ("model_name", "reasoning_content", "timestamp"):
         if step.get(key) is not None:
             info[key] = step[key]
+    for key in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"):
+        if metrics.get(key) is not None:
+            info[key] = metrics[key]
     extra = step.get("extra") or {}
     return StepRecord(
         anchor=shown,
