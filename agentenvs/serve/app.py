@@ -3,7 +3,9 @@
 :func:`build_app` assembles the routes of the chosen API (AgentGym's or OpenEnv's) and the native
 routes over one :class:`~agentenvs.serve.service.EnvService`, and installs the error handling that
 turns every client mistake into a JSON 4xx (never a 500): unknown routes and methods, malformed
-JSON, fields of the wrong type, oversized bodies, and the environment's own typed errors.
+JSON, fields of the wrong type, and the environment's own typed errors. Ahead of every route,
+:class:`~agentenvs.serve.guard.Guard` refuses requests without the access token and oversized
+bodies.
 """
 
 from __future__ import annotations
@@ -17,21 +19,33 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.websockets import WebSocketDisconnect
 
 from agentenvs import __version__
 from agentenvs.registration import ENVIRONMENTS
 from agentenvs.serve.errors import ServeError, error_for, internal_error, malformed
+from agentenvs.serve.guard import Guard
 from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
 from agentenvs.serve.native import BatchFastPath, add_native_routes
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import SessionStore
-from agentenvs.serve.settings import APIS, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
+from agentenvs.serve.settings import (
+    APIS,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_SESSIONS,
+    MAX_BODY_BYTES,
+    ServeSettings,
+)
 from agentenvs.serve.tokens import server_key
 
-__all__ = ["APIS", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_SESSIONS", "build_app", "default_kwargs"]
+__all__ = [
+    "APIS",
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_SESSIONS",
+    "MAX_BODY_BYTES",
+    "build_app",
+    "default_kwargs",
+]
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("agentenvs.serve")
 
 # The environment keywords each API serves by default. AgentGym's servers play AgentGym's variant
@@ -66,45 +80,6 @@ def _error_response(
     return Response(dumps(payload), status_code=status, media_type="application/json")
 
 
-class _BodyLimit:
-    """Refuses a request whose declared body exceeds ``limit`` bytes (413) before reading it;
-    a WebSocket whose client went away ends quietly."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            for name, value in scope.get("headers", ()):
-                if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
-                    message = f"request bodies are limited to {self.limit} bytes"
-                    payload = dumps(
-                        {"error": {"type": "body_too_large", "message": message}}
-                        if scope["path"].startswith(NATIVE_PREFIX)
-                        else {"error": message, "error_type": "body_too_large"}
-                    )
-                    await send(
-                        {
-                            "type": "http.response.start",
-                            "status": 413,
-                            "headers": [
-                                (b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode()),
-                            ],
-                        }
-                    )
-                    await send({"type": "http.response.body", "body": payload})
-                    return
-        if scope["type"] == "websocket":
-            try:
-                await self.app(scope, receive, send)
-            except WebSocketDisconnect:
-                pass  # the client left; openenv's handler closing the socket again is no fault
-            return
-        await self.app(scope, receive, send)
-
-
 def build_app(
     env_id: str,
     api: str = "agentgym",
@@ -116,10 +91,13 @@ def build_app(
     worker: int = 0,
     workers: int = 1,
     max_body_bytes: int = MAX_BODY_BYTES,
+    auth_token: str | None = None,
 ) -> Any:
     """The ASGI app serving ``env_id`` through ``api`` (``"agentgym"`` or ``"openenv"``) plus the
     native routes. ``env_kwargs`` override the API's default environment keywords; ``worker`` of
-    ``workers`` (``agentenvs serve --workers``) tags the session ids this process hands out."""
+    ``workers`` (``agentenvs serve --workers``) tags the session ids this process hands out;
+    ``auth_token`` (when set) is the bearer token every request must carry. The app's
+    ``state.settings`` is the :class:`~agentenvs.serve.settings.ServeSettings` of these."""
     if env_id not in ENVIRONMENTS:
         raise ValueError(f"unknown environment id {env_id!r}; choose from {sorted(ENVIRONMENTS)}")
     if api not in APIS:
@@ -145,6 +123,16 @@ def build_app(
         add_native_routes(app, service)
         add_agentgym_routes(app, service, worker, workers)
     app.state.service = service
+    app.state.settings = ServeSettings(
+        env_id=env_id,
+        api=api,
+        max_sessions=max_sessions,
+        idle_timeout=idle_timeout,
+        max_body_bytes=max_body_bytes,
+        auth_token=auth_token or None,
+        worker=worker,
+        workers=workers,
+    )
     # startup/shutdown hooks, not a lifespan: openenv's server registers its own hooks this way
     sweeper: list[asyncio.Task[None]] = []
 
@@ -161,7 +149,13 @@ def build_app(
     app.router.on_shutdown.append(stop_sweeper)
     _install_error_handlers(app, service)
     app.add_middleware(BatchFastPath, service=service)
-    app.add_middleware(_BodyLimit, limit=max_body_bytes)  # the outer one: before the body is read
+    app.add_middleware(  # the outermost: before any route and before the body is read
+        Guard,
+        max_body_bytes=max_body_bytes,
+        auth_token=auth_token or None,
+        native_prefix=NATIVE_PREFIX,
+        envelope=service.envelope,
+    )
     return app
 
 

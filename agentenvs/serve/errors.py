@@ -57,8 +57,9 @@ def session_limit(max_sessions: int) -> ServeError:
     return ServeError(
         429,
         "session_limit",
-        f"this server holds its maximum of {max_sessions} sessions (--max-sessions); close "
-        "finished sessions, wait for idle ones to expire, or run more servers",
+        f"this server holds its maximum of {max_sessions} sessions (--max-sessions "
+        f"{max_sessions}); close finished sessions, wait for idle ones to expire "
+        "(--idle-timeout), or serve with more --workers or --max-sessions",
     )
 
 

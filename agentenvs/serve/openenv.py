@@ -28,6 +28,7 @@ and ``index`` (the index-th id of ``task_ids(split)``). A task spec is ``{"id", 
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Any
@@ -43,6 +44,7 @@ from openenv.core.env_server import (
     Observation,
     State,
 )
+from openenv.core.env_server.exceptions import SessionCapacityError
 from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
 
@@ -91,6 +93,9 @@ class AgentenvsEnvironment(Environment[AgentenvsAction, AgentenvsObservation, Ag
     """One agentenvs environment as an openenv ``Environment`` (one per OpenEnv session)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session has its own instance, no shared state
+    # one thread runs every session's calls (openenv's shared executor): a thread per session
+    # would cost thousands of threads at thousands of sessions, and the GIL runs one at a time
+    REQUIRES_SINGLE_THREAD_EXECUTOR = True
 
     def __init__(self, service: EnvService) -> None:
         super().__init__()
@@ -224,13 +229,41 @@ class AgentenvsEnvClient(EnvClient[AgentenvsAction, AgentenvsObservation, Agente
         return AgentenvsState(**payload)
 
 
+def capacity_message(active: int, limit: int) -> str:
+    """What a WebSocket refused at ``limit`` sessions reads (openenv's ``CAPACITY_REACHED``)."""
+    return (
+        f"this server holds its maximum of {limit} sessions ({active} open; --max-sessions "
+        f"{limit}); close finished sessions' WebSockets, wait for idle ones to expire "
+        "(--idle-timeout), or serve with more --workers or --max-sessions"
+    )
+
+
+class _Server(HTTPEnvServer):
+    """openenv's server whose capacity refusal names the limit and what to do."""
+
+    async def _create_session(self) -> tuple[str, Environment]:
+        try:
+            return await super()._create_session()
+        except SessionCapacityError as exc:
+            raise SessionCapacityError(
+                exc.active_sessions,
+                exc.max_sessions,
+                capacity_message(exc.active_sessions, exc.max_sessions),
+            ) from None
+
+    @property
+    def active_sessions(self) -> int:
+        """Live WebSocket sessions."""
+        return len(self._sessions)
+
+
 def openenv_app(service: EnvService) -> FastAPI:
     """openenv's HTTPEnvServer routes for the service's environment, on a new FastAPI app."""
     from agentenvs import __version__
 
     app = FastAPI(title=f"agentenvs serve {service.env_id} (OpenEnv API)", version=__version__)
-    server = HTTPEnvServer(
-        lambda: AgentenvsEnvironment(service),
+    server = _Server(
+        functools.partial(AgentenvsEnvironment, service),
         AgentenvsAction,
         AgentenvsObservation,
         concurrency_config=ConcurrencyConfig(
@@ -241,5 +274,6 @@ def openenv_app(service: EnvService) -> FastAPI:
         state_cls=AgentenvsState,
     )
     server.register_routes(app)
+    service.ws_sessions = lambda: server.active_sessions
     app.state.openenv_server = server
     return app

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -66,6 +66,7 @@ class EnvService:
         self.version = version
         self.key = key
         self.api = api
+        self.ws_sessions: Callable[[], int] | None = None  # set by a WebSocket API
         self.template, _ = store.make_env()  # the default variant; answers task listings
         self.default_variant = self.template.variant
         self._envelope = {
@@ -241,12 +242,17 @@ class EnvService:
         return {"split": split, "task_ids": ids, "families": families}
 
     def health(self) -> dict[str, Any]:
-        return {
+        """``status, sessions, max_sessions, api``; with OpenEnv's API also ``ws_sessions`` (live
+        ``/ws`` sessions, which have their own ``max_sessions``)."""
+        answer: dict[str, Any] = {
             "status": "ok",
             "sessions": len(self.store),
             "max_sessions": self.store.max_sessions,
             "api": self.api,
         }
+        if self.ws_sessions is not None:
+            answer["ws_sessions"] = self.ws_sessions()
+        return answer
 
 
 def _guard(call: Any) -> Any:

@@ -75,7 +75,9 @@ def textcraft_url() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_process(env_id: str, *args: str, workers: int = 1) -> Iterator[list[str]]:
+def serve_process(
+    env_id: str, *args: str, workers: int = 1, env: dict[str, str] | None = None
+) -> Iterator[list[str]]:
     """``agentenvs serve`` in its own process (its own interpreter: no GIL shared with the
     test's client), on free ports; yields the workers' URLs once all answer /health."""
     import os
@@ -107,7 +109,7 @@ def serve_process(env_id: str, *args: str, workers: int = 1) -> Iterator[list[st
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     urls = [f"http://127.0.0.1:{port + i}" for i in range(workers)]
     try:

@@ -1,4 +1,5 @@
-"""`agentenvs serve` as a process: --workers N serves N ports, sessions stay on their worker."""
+"""`agentenvs serve` as a process: --workers N --proxy none serves N ports, sessions stay on
+their worker."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def test_two_workers_on_consecutive_ports_with_sticky_sessions() -> None:
             str(port),
             "--workers",
             "2",
+            "--proxy",
+            "none",
             "--max-sessions",
             "8",
         ],
