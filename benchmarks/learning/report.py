@@ -7,7 +7,18 @@ unbiased estimate of the mean success of k samples); Pass@k the mean of the unbi
 1 - C(n - c, k) / C(n, k) (:mod:`agentenvs.benchmarks.eval.metrics`). The SE over seeds uses the sample
 standard deviation (ddof 1). The paired difference of an arm is, for each (seed, task), its
 success rate minus the SFT model's of the same seed on the same task; its SE is the standard
-deviation of those differences over sqrt(pairs), z = mean / SE.
+deviation of those differences over sqrt(pairs), z = mean / SE. Every contrast also has a
+seed-clustered figure (``clustered``), which does not treat the tasks of one seed as
+independent draws of the arms' training: the per-seed differences d_s (the mean over tasks of
+one seed's paired differences), their mean over seeds, its SE (sd of d_s over sqrt(seeds),
+ddof 1) and t = mean / SE with seeds - 1 degrees of freedom.
+
+    python -m agentenvs.benchmarks.learning.report --rebuild docs/learning-check/summary.json \
+        docs/learning-check/sokoban/summary.json --random
+
+recomputes a saved summary's tables from its ``per_task`` counts (no arm is rerun) and
+rewrites its ``summary.json`` and ``summary.md``; ``--random`` first adds the random agent's
+arm where it is missing (it plays the evaluation tasks; seconds).
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ __all__ = [
     "DIAGNOSTIC_LABELS",
     "CONTRASTS",
     "arm_table",
+    "arms_vs_sft",
     "contrasts",
     "diagnostics",
     "format_diagnostics",
@@ -32,6 +44,8 @@ __all__ = [
     "machine",
     "paired",
     "plot_curve",
+    "rebuild",
+    "seed_clustered",
 ]
 
 PerTask = Mapping[str, Mapping[str, list[int]]]  # seed -> task -> [successes, samples]
@@ -73,19 +87,21 @@ def arm_table(per_task: Mapping[str, PerTask], k: int) -> dict[str, dict[str, An
     return out
 
 
-def paired(per_task: Mapping[str, PerTask], base: str = "sft") -> dict[str, dict[str, float]]:
-    """{arm: {mean_diff, se, z, pairs, better, worse}} against ``base`` over (seed, task)."""
+def paired(per_task: Mapping[str, PerTask], base: str = "sft") -> dict[str, dict[str, Any]]:
+    """{arm: {mean_diff, se, z, pairs, better, worse, clustered}} against ``base`` over
+    (seed, task); ``clustered``: :func:`seed_clustered` of the same differences."""
     out = {}
     for arm, seeds in per_task.items():
         if arm == base:
             continue
-        diffs = []
+        by_seed: dict[str, list[float]] = {}
         for seed, tasks in seeds.items():
             ref = per_task[base].get(seed, {})
             for task, (c, n) in tasks.items():
                 if task in ref:
                     c0, n0 = ref[task]
-                    diffs.append(c / n - c0 / n0)
+                    by_seed.setdefault(seed, []).append(c / n - c0 / n0)
+        diffs = [d for values in by_seed.values() for d in values]
         stats = _mean_se(diffs)
         se = stats["se"]
         out[arm] = {
@@ -95,8 +111,32 @@ def paired(per_task: Mapping[str, PerTask], base: str = "sft") -> dict[str, dict
             "pairs": len(diffs),
             "better": sum(d > 0 for d in diffs),
             "worse": sum(d < 0 for d in diffs),
+            "clustered": seed_clustered(by_seed),
         }
     return out
+
+
+def arms_vs_sft(per_task: Mapping[str, PerTask]) -> dict[str, dict[str, Any]]:
+    """:func:`paired` of every trained arm against SFT (the random agent is compared the other
+    way round, ``sft - random``, among the :data:`CONTRASTS`)."""
+    if "sft" not in per_task:
+        return {}
+    return paired({arm: v for arm, v in per_task.items() if arm != "random"})
+
+
+def seed_clustered(by_seed: Mapping[str, list[float]]) -> dict[str, Any]:
+    """{mean, se, t, df, per_seed}: the per-seed mean differences d_s, their mean over seeds,
+    its SE (ddof 1), t = mean / SE and df = seeds - 1 (None where undefined: one seed)."""
+    per_seed = {seed: sum(v) / len(v) for seed, v in by_seed.items() if v}
+    stats = _mean_se(list(per_seed.values()))
+    se = stats["se"]
+    return {
+        "mean": stats["mean"],
+        "se": se,
+        "t": stats["mean"] / se if se else None,
+        "df": len(per_seed) - 1 if len(per_seed) > 1 else None,
+        "per_seed": per_seed,
+    }
 
 
 DIAGNOSTIC_LABELS = {
@@ -178,11 +218,20 @@ def format_diagnostics(
     return lines
 
 
-CONTRASTS = (("ptgpo", "grpo"), ("ptgpo", "gigpo"), ("gigpo", "grpo"))
-"""RL arm pairs compared directly (paired over (seed, task), as against SFT)."""
+CONTRASTS = (
+    ("sft", "random"),
+    ("oracle", "grpo"),
+    ("ptgpo", "grpo"),
+    ("gigpo", "grpo"),
+    ("ptgpo", "gigpo"),
+    ("ptgpo", "oracle"),
+)
+"""Arm pairs compared directly (paired over (seed, task), as each arm against SFT): SFT must
+clearly beat the random agent; the oracle against GRPO says whether the testbed can show step
+credit at all; the step-credit estimators against GRPO, each other and the oracle."""
 
 
-def contrasts(per_task: Mapping[str, PerTask]) -> dict[str, dict[str, float]]:
+def contrasts(per_task: Mapping[str, PerTask]) -> dict[str, dict[str, Any]]:
     """{"a - b": paired statistics of arm a against arm b} for the :data:`CONTRASTS` whose
     two arms both have results."""
     out = {}
@@ -239,29 +288,10 @@ def format_summary(summary: Mapping[str, Any], *, diagnostics: bool = True) -> s
             f"{_fmt(p['mean'], '.3f')} +- {_fmt(p['se'], '.3f')} | "
             f"{per_seed} |"
         )
-    lines += [
-        "",
-        "| arm vs sft | paired diff (mean over seed x task) | SE | z | pairs | better / worse |",
-        "|---|---|---|---|---|---|",
-    ]
-    for arm, row in summary["paired"].items():
-        lines.append(
-            f"| {arm} | {_fmt(row['mean_diff'], '+.3f')} | {_fmt(row['se'], '.3f')} | "
-            f"{_fmt(row['z'], '.2f')} | "
-            f"{row['pairs']} | {row['better']} / {row['worse']} |"
-        )
+    lines += _contrast_table("arm - sft", {f"{a} - sft": r for a, r in summary["paired"].items()})
     between = summary.get("contrasts") or {}
     if between:
-        lines += [
-            "",
-            "| RL arms against each other | paired diff | SE | z | pairs | better / worse |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, row in between.items():
-            lines.append(
-                f"| {name} | {_fmt(row['mean_diff'], '+.3f')} | {_fmt(row['se'], '.3f')} | "
-                f"{_fmt(row['z'], '.2f')} | {row['pairs']} | {row['better']} / {row['worse']} |"
-            )
+        lines += _contrast_table("contrast", between)
     if diagnostics:
         lines += format_diagnostics(summary.get("diagnostics") or {})
     missing = summary.get("missing", [])
@@ -271,8 +301,87 @@ def format_summary(summary: Mapping[str, Any], *, diagnostics: bool = True) -> s
     return "\n".join(lines) + "\n"
 
 
+def _contrast_table(head: str, rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Markdown: per contrast the paired figures over (seed, task) and the seed-clustered ones."""
+    lines = [
+        "",
+        f"| {head} | paired diff (seed x task) | SE | z | pairs | better / worse | "
+        "per-seed diffs | over seeds: mean +- SE | t (df) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        c = row.get("clustered") or {}
+        per_seed = ", ".join(f"{v:+.3f}" for v in (c.get("per_seed") or {}).values())
+        df = c.get("df")
+        lines.append(
+            f"| {name} | {_fmt(row['mean_diff'], '+.3f')} | {_fmt(row['se'], '.3f')} | "
+            f"{_fmt(row['z'], '.2f')} | {row['pairs']} | {row['better']} / {row['worse']} | "
+            f"{per_seed or 'n/a'} | {_fmt(c.get('mean'), '+.3f')} +- {_fmt(c.get('se'), '.3f')}"
+            f" | {_fmt(c.get('t'), '.2f')} ({df if df is not None else 'n/a'}) |"
+        )
+    return lines
+
+
+def rebuild(path: Path, *, random_arm: bool = False) -> dict[str, Any]:
+    """Recompute a saved summary's results, paired differences and contrasts from its
+    ``per_task`` counts; rewrite its ``summary.json`` and ``summary.md`` (no arm is rerun).
+    ``random_arm``: where the summary has no ``random`` arm, play the random agent on its
+    evaluation tasks first (:func:`random_counts`; seconds)."""
+    import json
+
+    summary = json.loads(path.read_text())
+    per_task = summary["per_task"]
+    if random_arm and "random" not in per_task:
+        per_task["random"] = random_counts(summary)
+    summary["results"] = arm_table(per_task, summary["settings"]["eval_k"])
+    summary["paired"] = arms_vs_sft(per_task)
+    summary["contrasts"] = contrasts(per_task)
+    path.write_text(json.dumps(summary, indent=1, allow_nan=False))
+    (path.parent / "summary.md").write_text(format_summary(summary))
+    return summary
+
+
+def random_counts(summary: Mapping[str, Any]) -> dict[str, dict[str, list[int]]]:
+    """{seed: {task: [successes, samples]}} of the random agent (``random:<seed>``) on the
+    summary's evaluation tasks, with its settings' episodes per task and turn limit (the
+    ``random`` arm as :func:`agentenvs.benchmarks.learning.stages.random_stage` plays it)."""
+    import tempfile
+    from dataclasses import fields
+
+    from agentenvs.benchmarks.learning.settings import BenchSettings
+    from agentenvs.benchmarks.learning.stages import evaluate_tasks
+
+    known = {f.name for f in fields(BenchSettings)} - {"model"}
+    saved = summary["settings"]
+    settings = BenchSettings(**{k: v for k, v in saved.items() if k in known})
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in saved["seeds"]:
+            out[str(seed)] = evaluate_tasks(
+                settings, f"random:{seed}", summary["eval_task_ids"], int(seed), Path(tmp)
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rebuild a learning summary's tables.")
+    parser.add_argument("--rebuild", type=Path, nargs="+", required=True, metavar="SUMMARY_JSON")
+    parser.add_argument(
+        "--random", action="store_true", help="add the random agent's arm where it is missing"
+    )
+    args = parser.parse_args(argv)
+    for path in args.rebuild:
+        rebuild(path, random_arm=args.random)
+        print(f"rebuilt {path} and {path.parent / 'summary.md'}")
+    return 0
+
+
 def _evaluated_on(summary: Mapping[str, Any]) -> str:
     if summary.get("eval_split", "test") == "validation":
+        if summary.get("env_id") == "KeyDoor-v0":
+            return "validation tasks (the validation split; not the test split)"
         return "validation tasks (train split, after the training tasks; not the test split)"
     held_apart = len(summary.get("validation_task_ids") or [])
     apart = f"; {held_apart} validation tasks held apart in train" if held_apart else ""
@@ -315,3 +424,7 @@ def plot_curve(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,11 +28,11 @@ from typing import Any
 
 from agentenvs.benchmarks.learning.report import (
     arm_table,
+    arms_vs_sft,
     contrasts,
     diagnostics,
     format_summary,
     machine,
-    paired,
     plot_curve,
 )
 from agentenvs.benchmarks.learning.settings import (
@@ -317,7 +317,7 @@ def summarize(
         "machine": machine(settings.threads),
         "per_task": per_task,
         "results": arm_table(per_task, k),
-        "paired": paired(per_task) if "sft" in per_task else {},
+        "paired": arms_vs_sft(per_task),
         "contrasts": contrasts(per_task),
         "curves": curves,
         "diagnostics": diagnostics(training),

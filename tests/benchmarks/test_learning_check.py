@@ -9,7 +9,7 @@ import math
 import pytest
 
 from agentenvs.benchmarks.learning.check import main, preset, run_benchmark
-from agentenvs.benchmarks.learning.report import arm_table, paired
+from agentenvs.benchmarks.learning.report import arm_table, contrasts, paired
 
 
 def test_paired_difference_and_seed_standard_error():
@@ -31,6 +31,31 @@ def test_paired_difference_and_seed_standard_error():
     assert table["sft"]["avg_at_k"]["se"] == pytest.approx(abs(seeds[0] - seeds[1]) / 2)
     # Pass@2 with n=4: task a seed 0: 1 - C(2,2)/C(4,2) = 5/6; task b: 0
     assert table["sft"]["per_seed"]["0"][1] == pytest.approx((5 / 6 + 0) / 2)
+
+
+def test_seed_clustered_figures_and_every_contrast():
+    per_task = {
+        "sft": {"0": {"a": [2, 4], "b": [0, 4]}, "1": {"a": [4, 4], "b": [1, 4]}},
+        "ptgpo": {"0": {"a": [3, 4], "b": [2, 4]}, "1": {"a": [4, 4], "b": [1, 4]}},
+        "grpo": {"0": {"a": [2, 4], "b": [0, 4]}, "1": {"a": [3, 4], "b": [1, 4]}},
+        "oracle": {"0": {"a": [4, 4], "b": [1, 4]}, "1": {"a": [4, 4], "b": [3, 4]}},
+        "random": {"0": {"a": [0, 4], "b": [0, 4]}, "1": {"a": [1, 4], "b": [0, 4]}},
+    }
+    row = paired(per_task)["ptgpo"]["clustered"]
+    per_seed = [(0.25 + 0.5) / 2, 0.0]  # seed 0: tasks a, b; seed 1: no change
+    mean = sum(per_seed) / 2
+    se = abs(per_seed[0] - per_seed[1]) / 2  # sd (ddof 1) of two values / sqrt(2)
+    assert row["per_seed"] == pytest.approx({"0": per_seed[0], "1": per_seed[1]})
+    assert (row["mean"], row["se"], row["t"], row["df"]) == pytest.approx((mean, se, mean / se, 1))
+    between = contrasts(per_task)
+    assert list(between) == ["sft - random", "oracle - grpo", "ptgpo - grpo", "ptgpo - oracle"]
+    # oracle - grpo over (seed, task): (4-2)/4, (1-0)/4, (4-3)/4, (3-1)/4
+    assert between["oracle - grpo"]["mean_diff"] == pytest.approx((0.5 + 0.25 + 0.25 + 0.5) / 4)
+    assert between["sft - random"]["clustered"]["per_seed"]["1"] == pytest.approx(
+        ((4 - 1) / 4 + 1 / 4) / 2
+    )
+    one_seed = paired({a: {"0": v["0"]} for a, v in per_task.items()})["grpo"]["clustered"]
+    assert one_seed["se"] is None and one_seed["t"] is None and one_seed["df"] is None
 
 
 def test_smoke_benchmark_end_to_end_and_resume(tmp_path, capsys):
