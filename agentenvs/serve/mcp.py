@@ -114,6 +114,8 @@ class _Tools:
         async with slot.lock:  # one call at a time per MCP session
             try:
                 return await anyio.to_thread.run_sync(handler, arguments, slot)
+            except ToolError:
+                raise
             except ServeError as exc:
                 raise ToolError(_message(exc)) from None
             except Exception as exc:

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,6 +42,22 @@ HEALTH_PATH = "/agentenvs/v1/health"
 MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
 """The largest MCP request body read (the SDK's default): a step's action is at most 10 kB."""
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class _QuietClosedStream(logging.Filter):
+    """Drops the SDK's traceback for a session's GET stream closed by the session's own end
+    (``anyio.ClosedResourceError`` in its standalone SSE writer: every client DELETE logs it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        closed = record.exc_info is not None and isinstance(
+            record.exc_info[1], anyio.ClosedResourceError
+        )
+        return not (closed and record.getMessage() == "Error in standalone SSE writer")
+
+
+_SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
+if not any(isinstance(f, _QuietClosedStream) for f in _SDK_TRANSPORT_LOG.filters):
+    _SDK_TRANSPORT_LOG.addFilter(_QuietClosedStream())
 
 
 class _Access:
@@ -80,8 +99,6 @@ def _bearer_matches(value: bytes | None, token: bytes) -> bool:
 async def _refuse(
     send: Any, status: int, type_: str, message: str, extra: list[tuple[bytes, bytes]]
 ) -> None:
-    import json
-
     body = json.dumps({"error": {"type": type_, "message": message}}).encode()
     headers = [
         (b"content-type", b"application/json"),

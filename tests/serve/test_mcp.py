@@ -72,11 +72,14 @@ async def error(session: ClientSession, tool: str, **arguments: Any) -> str:
     return result.content[0].text
 
 
-async def play_expert_tasks(session: ClientSession, env_id: str) -> None:
-    """Three test tasks, one after another in one MCP session, against the in-process play."""
-    task_ids = env_class(env_id)().task_ids("test")[:TASKS_PER_ENV]
-    listed = await call(session, "list_tasks", split="test", limit=TASKS_PER_ENV)
-    assert [t["task_id"] for t in listed["tasks"]] == task_ids
+async def play_expert_tasks(
+    session: ClientSession, env_id: str, tasks: int = TASKS_PER_ENV
+) -> None:
+    """The first ``tasks`` test tasks, one after another in one MCP session, against the
+    in-process play."""
+    task_ids = env_class(env_id)().task_ids("test")[:tasks]
+    listed = await call(session, "list_tasks", split="test", limit=min(tasks, 1000))
+    assert [t["task_id"] for t in listed["tasks"]] == task_ids[:1000]
     for task_id in task_ids:
         first, steps = played_in_process(env_id, task_id)
         start = await call(session, "reset", task_id=task_id)
@@ -128,3 +131,17 @@ def test_expert_plays_through_stdio(env_id: str) -> None:
             await play_expert_tasks(session, env_id)
 
     anyio.run(run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ENVS)
+def test_expert_plays_every_test_task_through_streamable_http(env_id: str) -> None:
+    with live_server(build_mcp_app(env_id)) as url:
+
+        async def run() -> None:
+            async with http_session(url) as session:
+                await play_expert_tasks(
+                    session, env_id, tasks=len(env_class(env_id)().task_ids("test"))
+                )
+
+        anyio.run(run)

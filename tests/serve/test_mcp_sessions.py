@@ -9,6 +9,7 @@ import anyio
 import httpx
 import pytest
 
+from agentenvs import env_class
 from agentenvs.serve.mcp_http import build_mcp_app, service_of
 
 from .conftest import live_server
@@ -47,8 +48,26 @@ def test_bad_calls_are_tool_errors_and_the_session_plays_on() -> None:
                 assert not last.isError and last.structuredContent["won"]
                 assert "[episode over: won, reward 1" in last.content[0].text
                 assert (await error(s, "step", action="inventory")).startswith("episode_over:")
-                again = await call(s, "reset", split="test", index=0)
-                assert again["task_id"] == "agentgym/0" and again["turn"] == 0
+                again = await call(s, "reset", split="test", index=1)
+                assert again["task_id"] == env_class("TextCraft-v0")().task_ids("test")[1]
+                assert again["turn"] == 0
+                assert (await call(s, "admissible_actions"))["admissible_actions"] is None
+                # a seed draws the same task every time, alone (training) or in a split
+                drawn = [(await call(s, "reset", seed=7))["task_id"] for _ in range(2)]
+                assert drawn[0] == drawn[1] and drawn[0] in env_class("TextCraft-v0")().task_ids(
+                    "train"
+                )
+                in_split = [
+                    (await call(s, "reset", split="adapt", seed=7))["task_id"] for _ in "ab"
+                ]
+                assert in_split[0] == in_split[1] and in_split[0].startswith("adapt/")
+                page = await call(s, "list_tasks", split="test", offset=98, limit=5)
+                test_ids = env_class("TextCraft-v0")().task_ids("test")
+                assert page["total"] == 100
+                assert [t["task_id"] for t in page["tasks"]] == test_ids[98:]
+                family = page["tasks"][0]["family"]
+                same = await call(s, "list_tasks", split="test", family=family, limit=1000)
+                assert same["tasks"] and all(t["family"] == family for t in same["tasks"])
 
         anyio.run(run)
 
@@ -72,6 +91,8 @@ def test_snapshot_restores_in_another_session() -> None:
                         got = await call(second, "step", action=action)
                         assert got["observation"] == result[0]
                     assert got["won"] and got["terminated"]
+                    listed = await call(second, "admissible_actions")
+                    assert listed["admissible_actions"] == ["up", "down", "left", "right"]
                     assert len(service_of(app).store) == 2
                 # the first session's episode is its own
                 got = await call(first, "step", action=steps[2][0])
