@@ -1,8 +1,9 @@
-"""Prefill for :class:`agentenvs.agents.backends.transformers_backend.TransformersPolicy`: each row starts
-from a *base* (the cached keys of its longest reusable prefix, from the prefix cache or the
-batch's common prefix computed once with ``share_prefix``) and runs its remaining tokens: row by
-row on CPU (the fast causal attention path) into right-aligned preallocated buffers, or as one
-padded batch on GPU. Decoding then writes into the same buffers, ``max_new_tokens`` wide.
+"""Prefill for :class:`agentenvs.agents.backends.transformers_backend.TransformersPolicy`: each
+row starts from a *base* (the cached keys of its longest reusable prefix, from the prefix cache
+or the batch's common prefix computed once with ``share_prefix``;
+:mod:`agentenvs.agents.backends.prefill_bases`) and runs its remaining tokens: row by row on CPU
+(the fast causal attention path) into right-aligned preallocated buffers, or as one padded batch
+on GPU. Decoding then writes into the same buffers, ``max_new_tokens`` wide.
 
 With the CPU engine (``cpu_engine="auto"``) every prompt runs in chunks of at most
 ``MAX_PREFILL_QUERIES`` tokens through the engine's own forward pass
@@ -20,91 +21,32 @@ tests check it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentenvs.agents.backends.cpu.attention import MAX_PREFILL_QUERIES
 from agentenvs.agents.backends.hf_loading import left_pad
 from agentenvs.agents.backends.kv_cache import (
-    MIN_REUSE,
     buffer_cache,
     cache_layers,
-    common_prefix_length,
-    make_cache,
     packed_cache,
     writes_in_place,
 )
+from agentenvs.agents.backends.prefill_bases import Base, BasesMixin, Layers, Piece
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["Base", "Layers", "PrefillMixin"]
 
-Layers = list[tuple[Any, Any]]
-Base = tuple["Layers | None", int]  # cached keys/values of a row's first n prompt tokens, and n
 
-
-class PrefillMixin:
+class PrefillMixin(BasesMixin):
     """The prefill strategies; the policy provides ``model``, ``device``, ``pad_id``,
     ``prefix_cache``, ``share_prefix``, ``rowwise_prefill``, ``engine`` (the CPU engine or
-    None: with it, prompts run packed, :meth:`_packed_passes`) and the cache argument names."""
+    None: with it, prompts run packed, :meth:`_packed_passes`) and the cache argument names;
+    the rows' bases are :class:`~agentenvs.agents.backends.prefill_bases.BasesMixin`'s."""
 
-    model: Any
-    device: Any
-    pad_id: int
-    prefix_cache: Any
     share_prefix: bool
     rowwise_prefill: bool
-    engine: Any
-    _layout: list[tuple[Any, ...]] | None
-    _cache_arg: str
-    _keep_last: dict[str, Any]
-
-    def _plain_cache(self) -> bool:
-        """Whether the model's KV cache is a plain per-layer one (probed once, one token)."""
-        if self._layout is None:
-            import torch
-
-            with torch.inference_mode():
-                probe = torch.tensor([[self.pad_id]], device=self.device)
-                out = self.model(input_ids=probe, use_cache=True)
-            layers = cache_layers(getattr(out, self._cache_arg)) or []
-            self._layout = [
-                (k.shape[1], k.shape[3], v.shape[1], v.shape[3], k.dtype) for k, v in layers
-            ]
-        return bool(self._layout)
-
-    def _kv_buffers(self, rows: int, capacity: int) -> list[tuple[Any, Any]]:
-        """Zeroed ``[rows, heads, capacity, dim]`` key and value buffers for every layer."""
-        import torch
-
-        assert self._layout, "only for models with plain caches"
-        return [
-            (
-                torch.zeros((rows, kh, capacity, kd), dtype=dtype, device=self.device),
-                torch.zeros((rows, vh, capacity, vd), dtype=dtype, device=self.device),
-            )
-            for kh, kd, vh, vd, dtype in self._layout
-        ]
-
-    def _cached_bases(
-        self, prompts: Sequence[Sequence[int]], keys: Sequence[str | None]
-    ) -> list[Base]:
-        """Each row's longest reusable prefix in the prefix cache (module docstring)."""
-        if self.prefix_cache is None or not self.prefix_cache.entries or not self._plain_cache():
-            bases: list[Base] = [(None, 0)] * len(prompts)
-        else:
-            bases = []
-            for prompt, key in zip(prompts, keys, strict=True):
-                entry, n = self.prefix_cache.match(key, prompt)
-                bases.append((entry.prefix(n), n) if entry is not None else (None, 0))
-        if self.prefix_cache is not None:
-            stats = self.prefix_cache.stats
-            stats.rows += len(prompts)
-            stats.prompt_tokens += sum(len(p) for p in prompts)
-            stats.reused_tokens += sum(n for _, n in bases)
-            stats.rows_reusing += sum(1 for _, n in bases if n)
-        return bases
 
     def _prefill(
         self, prompts: Sequence[Sequence[int]], bases: list[Base], max_new_tokens: int
@@ -127,42 +69,6 @@ class PrefillMixin:
             **self._keep_last,
         )
         return out, attention_mask, position_ids
-
-    def _share_prefix(self, prompts: Sequence[Sequence[int]], bases: list[Base]) -> list[Base]:
-        """Give every row whose base is shorter than the batch's common prefix that prefix,
-        computed once (extending the longest base that covers part of it)."""
-        shared = common_prefix_length(prompts)
-        if shared < MIN_REUSE or all(n >= shared for _, n in bases):
-            return bases
-        layers, n = max(bases, key=lambda b: b[1])
-        if n >= shared:
-            prefix = [(k[:, :, :shared], v[:, :, :shared]) for k, v in layers]
-        else:
-            prefix = self._extend(layers if n else None, n, prompts[0][n:shared])
-        return [(prefix, shared) if n < shared else (lay, n) for lay, n in bases]
-
-    def _extend(self, layers: Layers | None, start: int, new_tokens: Sequence[int]) -> Layers:
-        """The keys and values of ``layers`` (``start`` positions, or none) plus ``new_tokens``
-        (with the engine, computed as a row's own pass computes them)."""
-        import torch
-
-        if self.engine is not None:
-            total = start + len(new_tokens)
-            buffers = self._kv_buffers(1, total)
-            for (kb, vb), (k, v) in zip(buffers, layers or [], strict=False):
-                kb[:, :, :start] = k
-                vb[:, :, :start] = v
-            self._packed_passes(buffers, [_Piece(0, 0, start, new_tokens)])
-            return buffers
-        ids = torch.tensor([list(new_tokens)], dtype=torch.long, device=self.device)
-        positions = torch.arange(start, start + ids.shape[1], device=self.device)[None]
-        kwargs: dict[str, Any] = {"position_ids": positions}
-        if layers is not None:
-            kwargs[self._cache_arg] = make_cache(layers)
-        out = self.model(input_ids=ids, use_cache=True, **kwargs, **self._keep_last)
-        extended = cache_layers(getattr(out, self._cache_arg))
-        assert extended is not None  # only called for models with plain caches
-        return extended
 
     def _prefill_rows(
         self, prompts: Sequence[Sequence[int]], bases: list[Base], max_new_tokens: int
@@ -188,7 +94,7 @@ class PrefillMixin:
                 vb[row, :, start : start + n] = v[0]
         if self.engine is not None:
             pieces = [
-                _Piece(row, width - lengths[row], n, prompts[row][n:])
+                Piece(row, width - lengths[row], n, prompts[row][n:])
                 for row, (_, n) in enumerate(bases)
             ]
             logits = self._packed_passes(buffers, pieces)
@@ -222,7 +128,7 @@ class PrefillMixin:
                 vview[:, :, : len(prompt)] = v
         return out.logits[:, -1:, :]
 
-    def _packed_passes(self, buffers: Layers, pieces: list[_Piece]) -> list[Any]:
+    def _packed_passes(self, buffers: Layers, pieces: list[Piece]) -> list[Any]:
         """Run every piece's tokens into its buffer row; each piece's last logits, in order.
 
         A piece's tokens go in chunks of at most ``MAX_PREFILL_QUERIES``, and the chunks of one
@@ -333,17 +239,6 @@ def aligned_width(length: int) -> int:
     (``cpu_int4.row_blocked_mm``), they were the same bit for bit there and in every reply of
     an 8-episode x 4-turn benchmark (README)."""
     return -(-length // ALIGN) * ALIGN
-
-
-@dataclass(frozen=True)
-class _Piece:
-    """Tokens to run into row ``buffer_row`` of a batch's buffers, where that row's position 0
-    sits at ``key_start``: positions ``first`` onwards (the earlier ones are there already)."""
-
-    buffer_row: int
-    key_start: int
-    first: int
-    tokens: Sequence[int]
 
 
 class _Prefilled:
