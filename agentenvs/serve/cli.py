@@ -79,9 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--api",
-        choices=APIS,
+        choices=(*APIS, "mcp"),
         default="agentgym",
-        help="agentgym: AgentGym's routes; openenv: OpenEnv's (default agentgym)",
+        help="agentgym: AgentGym's routes; openenv: OpenEnv's; mcp: MCP tools at /mcp "
+        "(streamable HTTP) (default agentgym)",
     )
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="the port (default 8000)")
@@ -156,9 +157,14 @@ def _run_worker(
     """One worker: ``where`` is ``{"host", "port"}`` or ``{"uds"}`` (a Unix socket path)."""
     import uvicorn
 
-    from agentenvs.serve import build_app
+    if api == "mcp":
+        from agentenvs.serve.mcp_http import build_mcp_app
 
-    app = build_app(env_id, api, **kwargs)
+        app = build_mcp_app(env_id, **kwargs)
+    else:
+        from agentenvs.serve import build_app
+
+        app = build_app(env_id, api, **kwargs)
     uvicorn.run(
         app,
         **where,
@@ -187,7 +193,11 @@ def serve_main(argv: list[str]) -> int:
         return 2
     from agentenvs.serve import require_serve_deps
 
-    require_serve_deps(*(("openenv",) if args.api == "openenv" else ()))  # one line if missing
+    require_serve_deps(*{"openenv": ("openenv",), "mcp": ("mcp",)}.get(args.api, ()))
+    if args.api == "mcp" and args.workers > 1 and args.proxy != "none":
+        # HAProxy routes by our session ids; an MCP session is named by the SDK's header
+        print("agentenvs serve: --api mcp with --workers N needs --proxy none", file=sys.stderr)
+        return 2
     args.auth_token = args.auth_token or os.environ.get(AUTH_TOKEN_ENV) or None
     warning = bind_warning(args.host, args.auth_token)
     if warning:

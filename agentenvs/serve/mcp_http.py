@@ -15,7 +15,6 @@ DNS rebinding from a web page.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -30,7 +29,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agentenvs.serve.guard import Guard
 from agentenvs.serve.mcp import make_service, mcp_server
+from agentenvs.serve.native import PREFIX as NATIVE_PREFIX
 from agentenvs.serve.service import EnvService
 from agentenvs.serve.sessions import SessionStore
 from agentenvs.serve.settings import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
@@ -40,7 +41,8 @@ __all__ = ["HEALTH_PATH", "MCP_PATH", "build_mcp_app"]
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/agentenvs/v1/health"
 MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
-"""The largest MCP request body read (the SDK's default): a step's action is at most 10 kB."""
+"""The largest MCP request body read by default (the SDK's default; ``--max-body-bytes`` sets
+it): a step's action is at most 10 kB."""
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -60,53 +62,33 @@ if not any(isinstance(f, _QuietClosedStream) for f in _SDK_TRANSPORT_LOG.filters
     _SDK_TRANSPORT_LOG.addFilter(_QuietClosedStream())
 
 
-class _Access:
-    """ASGI middleware: the bearer token (when set) and the Origin check of every request."""
+class _OriginCheck:
+    """ASGI middleware: a request whose ``Origin`` is not a loopback origin gets 403."""
 
-    def __init__(self, app: Any, auth_token: str | None) -> None:
+    def __init__(self, app: Any) -> None:
         self.app = app
-        self.token = auth_token.encode() if auth_token else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers", ()))
-        if self.token is not None and not _bearer_matches(
-            headers.get(b"authorization"), self.token
-        ):
-            message = (
-                "this server requires 'Authorization: Bearer <token>' on every request "
-                "(the token given to agentenvs serve --auth-token or $AGENTENVS_AUTH_TOKEN)"
-            )
-            await _refuse(send, 401, "unauthorized", message, [(b"www-authenticate", b"Bearer")])
-            return
-        origin = headers.get(b"origin")
-        if origin is not None and urlsplit(origin.decode("latin-1")).hostname not in LOOPBACK_HOSTS:
-            message = f"requests from the web origin {origin.decode('latin-1')!r} are refused"
-            await _refuse(send, 403, "forbidden_origin", message, [])
-            return
+        if scope["type"] == "http":
+            origin = dict(scope.get("headers", ())).get(b"origin")
+            text = origin.decode("latin-1") if origin is not None else None
+            if text is not None and urlsplit(text).hostname not in LOOPBACK_HOSTS:
+                body = json.dumps(
+                    {
+                        "error": {
+                            "type": "forbidden_origin",
+                            "message": f"requests from the web origin {text!r} are refused",
+                        }
+                    }
+                ).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ]
+                await send({"type": "http.response.start", "status": 403, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
         await self.app(scope, receive, send)
-
-
-def _bearer_matches(value: bytes | None, token: bytes) -> bool:
-    if value is None:
-        return False
-    scheme, _, given = value.partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
-
-
-async def _refuse(
-    send: Any, status: int, type_: str, message: str, extra: list[tuple[bytes, bytes]]
-) -> None:
-    body = json.dumps({"error": {"type": type_, "message": message}}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 class _McpEndpoint:
@@ -129,11 +111,12 @@ def build_mcp_app(
     worker: int = 0,
     workers: int = 1,
     auth_token: str | None = None,
-    **_: Any,
+    max_body_bytes: int = MAX_MCP_BODY_BYTES,
 ) -> Any:
     """The ASGI app of ``agentenvs serve env_id --api mcp`` (keywords as
-    :func:`agentenvs.serve.app.build_app`'s; others, such as ``max_body_bytes``, are ignored:
-    the SDK caps MCP bodies at :data:`MAX_MCP_BODY_BYTES`)."""
+    :func:`agentenvs.serve.app.build_app`'s). Outermost,
+    :class:`~agentenvs.serve.guard.Guard` (the access token and the body cap of every API),
+    then the Origin check."""
     service = make_service(
         env_id,
         env_kwargs=env_kwargs,
@@ -148,7 +131,7 @@ def build_mcp_app(
         app=server,
         session_idle_timeout=idle_timeout,
         max_sessions=max_sessions,
-        max_request_body_size=MAX_MCP_BODY_BYTES,
+        max_request_body_size=max_body_bytes,
     )
 
     @asynccontextmanager
@@ -174,7 +157,13 @@ def build_mcp_app(
     )
     app.state.service = service
     app.state.mcp_server = server
-    return _Access(app, auth_token)
+    return Guard(
+        _OriginCheck(app),
+        max_body_bytes=max_body_bytes,
+        auth_token=auth_token or None,
+        native_prefix=NATIVE_PREFIX,
+        envelope=service.envelope,
+    )
 
 
 async def _sweep_forever(store: SessionStore) -> None:
@@ -187,4 +176,4 @@ async def _sweep_forever(store: SessionStore) -> None:
 
 def service_of(app: Any) -> EnvService:
     """The :class:`EnvService` behind an app of :func:`build_mcp_app` (tests read its store)."""
-    return app.app.state.service
+    return app.app.app.state.service

@@ -12,7 +12,7 @@ import pytest
 from agentenvs import env_class
 from agentenvs.serve.mcp_http import build_mcp_app, service_of
 
-from .conftest import live_server
+from .conftest import live_server, serve_process
 from .test_mcp import call, error, http_session, played_in_process
 
 
@@ -168,3 +168,32 @@ def test_auth_token_and_origin() -> None:
                 assert got["task_id"] == "agentgym/0"
 
         anyio.run(run)
+
+
+def test_agentenvs_serve_api_mcp_command() -> None:
+    """The command itself: ``agentenvs serve ENV --api mcp`` with a token from the environment."""
+    import os
+    import subprocess
+    import sys
+
+    os.environ["AGENTENVS_AUTH_TOKEN"] = "from-env"
+    try:
+        with serve_process("Sokoban-v0", "--api", "mcp", "--max-sessions", "2") as urls:
+            assert httpx.get(urls[0] + "/agentenvs/v1/health").status_code == 401
+
+            async def run() -> None:
+                async with http_session(urls[0], Authorization="Bearer from-env") as s:
+                    got = await call(s, "reset", task_id="seed/3")
+                    assert got["task_id"] == "seed/3" and got["max_turns"] == 15
+
+            anyio.run(run)
+    finally:
+        del os.environ["AGENTENVS_AUTH_TOKEN"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentenvs.cli", "serve", "Sokoban-v0", "--api", "mcp"]
+        + ["--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "--proxy none" in proc.stderr
