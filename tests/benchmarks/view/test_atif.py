@@ -158,3 +158,53 @@ def test_an_invalid_atif_file_is_an_error_naming_it(tmp_path):
 def test_export_refuses_what_is_not_a_run(tmp_path, capsys):
     assert main(["export", str(tmp_path / "missing"), "--format", "atif", str(tmp_path)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _episode_turns(browser, path: Path, task_id: str) -> tuple[list[str], list[str]]:
+    """The turns an exported page shows for the first episode of ``task_id`` (its text per
+    turn), and the page's console errors."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready]")
+    page.click(f".vrow:has-text('{task_id}')")
+    page.wait_for_selector(".line")
+    page.locator(".line").first.click()
+    page.wait_for_selector(".turn")
+    turns = page.locator(".turn").all_inner_texts()
+    page.close()
+    return turns, errors
+
+
+def test_the_browser_shows_the_same_turns_after_the_round_trip(tmp_path):
+    """Our run and its ATIF export, each as the viewer's exported page in headless Chromium:
+    the episode page shows the same turns; another harness's file opens too."""
+    from agentenvs.benchmarks.view.browser import ChromiumMissing, find_chromium, launch
+    from agentenvs.benchmarks.view.page import export_html
+
+    try:
+        find_chromium()
+        from agentenvs.benchmarks.view.browser import sync_playwright
+    except (ChromiumMissing, ImportError) as exc:
+        pytest.skip(f"no browser for the page tests: {exc}")
+    run, out = _eval_and_export("TextCraft-v0", tmp_path, "expert")
+    ours, back = load_run(run), load_run(out)
+    task = ours.episodes[0]["task_id"]
+    playwright = sync_playwright().start()
+    browser = launch(playwright)
+    try:
+        shown, errors = _episode_turns(browser, export_html([ours], tmp_path / "run.html"), task)
+        again, errors_back = _episode_turns(
+            browser, export_html([back], tmp_path / "atif.html"), task
+        )
+        assert shown and again == shown and errors == errors_back == []
+        assert all(a in "\n".join(shown) for a in ours.record(0)["steps"][0]["action"].split())
+        foreign = export_html([load_run(FIXTURES)], tmp_path / "foreign.html")
+        turns, errors = _episode_turns(browser, foreign, "coding-agent")
+        assert len(turns) == 4 and errors == []
+        assert "pytest -q tests/test_sum.py" in turns[0] and "1 passed" in turns[3]
+    finally:
+        browser.close()
+        playwright.stop()
