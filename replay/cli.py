@@ -170,7 +170,8 @@ def validate_main(argv: list[str]) -> int:
         "--env-workers",
         metavar="URLS",
         help="replay on agentenvs serve servers instead of in process: "
-        "http://HOST:PORT[,http://HOST2:PORT] (same rows)",
+        "http://HOST:PORT[,http://HOST2:PORT] (same rows); for servers started with "
+        "--auth-token, set AGENTENVS_AUTH_TOKEN to the token",
     )
     parser.add_argument(
         "--env-timeout",

@@ -274,12 +274,14 @@ def run_validate(
     progress: bool = True,
     env_workers: str | Sequence[str] | None = None,
     env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S,
+    auth_token: str | None = None,
 ) -> ValidateSummary:
     """A ``replay.query`` file -> a ``replay.validated`` file (every query, with its status).
 
     ``env_workers``: ``agentenvs serve`` server URLs (a list, or one comma-separated string) to
     replay on instead of in process; the rows are the same (:mod:`agentenvs.replay.validate`);
-    ``env_timeout``: seconds each request to them may take (None: for ever).
+    ``env_timeout``: seconds each request to them may take (None: for ever); ``auth_token``:
+    their bearer token (None: the environment variable ``AGENTENVS_AUTH_TOKEN`` when set).
     """
     if isinstance(env_workers, str):
         env_workers = [u for u in env_workers.split(",") if u.strip()]
@@ -301,6 +303,7 @@ def run_validate(
             stats=summary.stats,
             env_workers=env_workers or None,
             env_timeout=env_timeout,
+            auth_token=auth_token,
         ):
             summary.counts[(query.env_id, query.strategy, result.status.value)] += 1
             bar.update(1)

@@ -35,7 +35,10 @@ environment's), so the rows are the same as in process. Trajectory ``i`` starts 
 order. Every server must answer its health check for the first query's environment at start
 (else :class:`~agentenvs.agents.envworkers.pool.EnvWorkerError` naming it and how to start
 one). A server that dies mid-run is dropped: the trajectories it held are validated again from
-their start on the next live server; with none left, ``EnvWorkerError``.
+their start on the next live server; with none left, ``EnvWorkerError``. Servers started with
+``--auth-token`` get that token on every request: ``auth_token``, else the environment variable
+``AGENTENVS_AUTH_TOKEN``; a 401 stops the run with one
+:class:`~agentenvs.agents.envworkers.http_transport.AuthError` saying how to pass it.
 """
 
 from __future__ import annotations
@@ -354,6 +357,7 @@ def validate_queries(
     stats: ReplayStats | None = None,
     env_workers: Sequence[str] | None = None,
     env_timeout: float | None = DEFAULT_ENV_TIMEOUT_S,
+    auth_token: str | None = None,
 ) -> Iterator[tuple[CutQuery, ValidationResult]]:
     """Validate a stream of queries, one trajectory (consecutive equal ``replay_key``) at a time.
 
@@ -361,10 +365,13 @@ def validate_queries(
     that is not registered, a missing optional dependency) gives ``error`` for its queries.
     ``stats``, if given, accumulates the environment work done. ``env_workers``: server URLs
     (``http://HOST:PORT``) to replay on instead of in process (module docstring), each request
-    given ``env_timeout`` seconds (None: for ever).
+    given ``env_timeout`` seconds (None: for ever) and carrying ``auth_token`` (None: the
+    environment variable ``AGENTENVS_AUTH_TOKEN`` when set).
     """
     if env_workers:
-        yield from _validate_on_servers(queries, env_workers, reuse_snapshots, stats, env_timeout)
+        yield from _validate_on_servers(
+            queries, env_workers, reuse_snapshots, stats, env_timeout, auth_token
+        )
         return
     pool = pool or EnvPool()
     for _, group in groupby(queries, key=lambda q: q.replay_key):
@@ -392,6 +399,7 @@ class ServerEnvs:
     One :class:`~agentenvs.agents.envworkers.http_env.HttpEnv` per (server, environment keywords,
     thread), made on first use; a dead server is left out from then on. ``close`` closes every
     session. ``timeout_s`` (None: for ever) bounds each request; a server that misses it is dead.
+    ``auth_token``: the servers' bearer token (None: ``AGENTENVS_AUTH_TOKEN`` when set).
     """
 
     def __init__(
@@ -399,8 +407,14 @@ class ServerEnvs:
         urls: Sequence[str],
         start_timeout_s: float = 30.0,
         timeout_s: float | None = DEFAULT_ENV_TIMEOUT_S,
+        auth_token: str | None = None,
     ) -> None:
-        from agentenvs.agents.envworkers.http_transport import import_httpx, normalize_server_url
+        from agentenvs.agents.envworkers.http_transport import (
+            auth_headers,
+            import_httpx,
+            normalize_server_url,
+            resolve_auth_token,
+        )
 
         urls = [normalize_server_url(u) for u in urls]
         if not urls:
@@ -412,7 +426,8 @@ class ServerEnvs:
         self.timeout_s = timeout_s
         self._httpx = import_httpx()
         self._client = self._httpx.Client(
-            timeout=self._httpx.Timeout(None, connect=start_timeout_s)
+            timeout=self._httpx.Timeout(None, connect=start_timeout_s),
+            headers=auth_headers(resolve_auth_token(auth_token)),
         )
         self._thread = threading.local()
         self._lock = threading.Lock()
@@ -494,9 +509,10 @@ def _validate_on_servers(
     reuse_snapshots: bool,
     stats: ReplayStats | None,
     timeout_s: float | None,
+    auth_token: str | None = None,
 ) -> Iterator[tuple[CutQuery, ValidationResult]]:
     """:func:`validate_queries` on remote servers (module docstring)."""
-    servers = ServerEnvs(urls, timeout_s=timeout_s)
+    servers = ServerEnvs(urls, timeout_s=timeout_s, auth_token=auth_token)
     groups = (list(g) for _, g in groupby(queries, key=lambda q: q.replay_key))
     pending: deque[tuple[list[CutQuery], cf.Future]] = deque()
     executor = cf.ThreadPoolExecutor(len(servers.urls), thread_name_prefix="agentenvs-validate")

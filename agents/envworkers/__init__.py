@@ -11,7 +11,8 @@ Chosen by a spec string (``--env-workers`` on the command line, ``RolloutConfig.
                            at ADDRESS (``auto``, ``HOST:6379``, ``ray://HOST:10001``; default:
                            ``RAY_ADDRESS`` or a new local Ray); needs ``agentenvs[ray]``
 ``http://HOST:PORT[,...]`` sessions on ``agentenvs serve ENV_ID`` servers, one worker per
-                           server, each episode on one of them (:mod:`.http_pool`)
+                           server, each episode on one of them (:mod:`.http_pool`); a server's
+                           ``--auth-token`` from ``AGENTENVS_AUTH_TOKEN`` (or ``auth_token=``)
 =========================  =====================================================================
 
 Process, Ray and http pools isolate faults per episode: a worker that dies is replaced (an http
@@ -31,7 +32,7 @@ from typing import Any
 
 from agentenvs.agents.envworkers.host import CutStateError, EnvFailure, EnvHost
 from agentenvs.agents.envworkers.http_pool import HttpPool
-from agentenvs.agents.envworkers.http_transport import normalize_server_url
+from agentenvs.agents.envworkers.http_transport import AuthError, normalize_server_url
 from agentenvs.agents.envworkers.pool import (
     DEFAULT_ENV_TIMEOUT_S,
     EnvWorkerError,
@@ -46,6 +47,7 @@ from agentenvs.agents.envworkers.ray_pool import RayPool
 __all__ = [
     "DEFAULT_ENV_TIMEOUT_S",
     "ENV_WORKER_KINDS",
+    "AuthError",
     "CutStateError",
     "EnvFailure",
     "EnvHost",
@@ -152,13 +154,17 @@ def make_env_pool(
     """The pool a spec names, making ``env_id`` with ``env_kwargs``.
 
     ``options`` go to the pool: ``env_factory`` (all but http: a server makes its environments
-    from ``env_id``), ``step_timeout_s`` (process, ray, http), ``cpus_per_worker`` (ray) and
-    ``start_timeout_s`` (ray, http).
+    from ``env_id``), ``step_timeout_s`` (process, ray, http), ``cpus_per_worker`` (ray),
+    ``start_timeout_s`` (ray, http) and ``auth_token`` (http: the servers' bearer token; default
+    the environment variable ``AGENTENVS_AUTH_TOKEN`` when set).
     """
     parsed = parse_env_workers(spec)
     if parsed.kind == "http":
         return HttpPool(
-            env_id, parsed.urls, env_kwargs, **_only(options, "step_timeout_s", "start_timeout_s")
+            env_id,
+            parsed.urls,
+            env_kwargs,
+            **_only(options, "step_timeout_s", "start_timeout_s", "auth_token"),
         )
     if parsed.kind == "inprocess":
         return InProcessPool(env_id, env_kwargs, **_only(options, "env_factory"))

@@ -14,7 +14,9 @@ same text as in process. A server that cannot make the environment, or makes ano
 variant, is an :class:`~agentenvs.agents.envworkers.pool.EnvWorkerError`. A server that dies
 (connection refused or reset, a 5xx, a lost session, no answer within ``timeout_s``) sets
 :attr:`HttpEnv.lost` and raises :class:`ServerLost`; every later call raises it at once, without
-a request.
+a request. The session's requests carry the caller's bearer token (the ``client``'s headers,
+:func:`~agentenvs.agents.envworkers.http_transport.auth_headers`); a 401 is
+:class:`~agentenvs.agents.envworkers.http_transport.AuthError`, which says how to pass it.
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ class HttpEnv:
     """An environment in one session on ``url`` (see the module docstring).
 
     ``local``: an environment made here with ``env_kwargs`` (its ``match`` is used and its
-    variant is the one the session must have). ``client`` and ``httpx``: an ``httpx.Client`` and
-    the module (shared by the caller's environments). ``timeout_s`` (None: wait for ever): the
+    variant is the one the session must have). ``client`` and ``httpx``: an ``httpx.Client`` (with
+    the run's bearer token in its headers, if any) and the module (shared by the caller's
+    environments). ``timeout_s`` (None: wait for ever): the
     deadline of each request.
     """
 
@@ -183,6 +186,7 @@ class HttpEnv:
                 self.url,
                 route,
                 lambda: self._client.post(address, json=body, timeout=deadline),
+                "authorization" in self._client.headers,
             )
         except _ServerGone as gone:
             self.lost = f"agentenvs server {self.url} {gone}"

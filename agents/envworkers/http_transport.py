@@ -92,8 +92,8 @@ def unauthorized(url: str, route: str, token_sent: bool, detail: str = "") -> Au
     return AuthError(
         f"agentenvs server {url} refused {route} with 401 Unauthorized{said}: {why}. Pass the "
         f"token the server was started with (agentenvs serve --auth-token): set {AUTH_TOKEN_ENV}"
-        "=TOKEN in this client's environment, or give it as auth_token= (--env-auth-token on "
-        "the command lines)"
+        "=TOKEN in this client's environment (every command line reads it), or give it as "
+        "auth_token= to the pool"
     )
 
 

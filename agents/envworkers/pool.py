@@ -413,8 +413,9 @@ class RemotePool(EnvWorkerPool):
         self._stop_worker(index, kill=True)
         try:
             self._start_worker(index)
-        except Exception as exc:
-            raise EnvWorkerError(
+        except Exception as exc:  # an EnvWorkerError keeps its kind (an http AuthError)
+            error = type(exc) if isinstance(exc, EnvWorkerError) else EnvWorkerError
+            raise error(
                 f"could not start a replacement for environment worker {index}: {exc}"
             ) from exc
         self.restarts += 1

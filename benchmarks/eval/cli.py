@@ -113,7 +113,8 @@ OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
             "help": "where environments step: 0 or inprocess (default), N or process:N (N local "
             "worker processes), ray[:N][@ADDRESS] (Ray actors, one per cluster CPU without N; "
             "needs agentenvs[ray]), http://HOST:PORT[,http://HOST2:PORT] (agentenvs serve "
-            "servers, episodes spread over them)",
+            "servers, episodes spread over them; a server's --auth-token from "
+            "AGENTENVS_AUTH_TOKEN)",
         },
     ),
     (
