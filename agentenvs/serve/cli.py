@@ -172,6 +172,9 @@ def _run_worker(
         access_log=False,
         timeout_keep_alive=75,
         backlog=4096,
+        # no per-message compression: its zlib state costs every WebSocket session memory and
+        # every message CPU, for observations of a few hundred bytes
+        ws_per_message_deflate=False,
     )
 
 

@@ -225,6 +225,8 @@ class Server:
                 str(port),
                 "--workers",
                 str(workers),
+                "--proxy",  # one port per worker: client i talks to worker i % W
+                "none",
                 "--idle-timeout",
                 "0",
                 "--max-sessions",
