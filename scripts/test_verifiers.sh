@@ -9,6 +9,7 @@
 #
 #   bash scripts/test_verifiers.sh              # venv in build/verifiers-venv (reused if present)
 #   VERIFIERS_VENV=/tmp/v bash scripts/test_verifiers.sh
+#   bash scripts/test_verifiers.sh -k TextCraft   # arguments go to pytest
 #
 # verifiers' chat harness runs as a `uv` script: uv is installed into the venv, and its first
 # run fetches the script's packages (openai, mcp, httpx) into uv's cache.
@@ -30,6 +31,6 @@ echo "verifiers venv ready in $((installed - start)) s: $("$VENV/bin/pip" list 2
 # the tests' conftests import torch, which this venv does not hold: the verifiers test uses none
 PATH="$PWD/$VENV/bin:$PATH" AGENTENVS_REQUIRE_VERIFIERS=1 \
     "$VENV/bin/python" -m pytest tests/integrations/test_verifiers.py --noconftest \
-    -q -rs -p no:cacheprovider --durations=0
+    -q -rs -p no:cacheprovider --durations=0 "$@"
 end=$(date +%s)
 echo "verifiers tests ran in $((end - installed)) s (total $((end - start)) s)"
