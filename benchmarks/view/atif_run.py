@@ -42,24 +42,16 @@ def _read(path: Path) -> tuple[dict[str, Any], Trajectory]:
 
 
 def atif_files(path: Path) -> list[Path]:
-    """The ATIF files at ``path`` (a file, or a folder's ``*.json`` files that say ATIF)."""
+    """The ATIF files at ``path`` (a file, or a folder's ``*.json`` files): those whose JSON
+    says ATIF in its ``schema_version``."""
     candidates = [path] if path.is_file() else sorted(path.glob("*.json"))
-    out = []
-    for candidate in candidates:
-        try:
-            with candidate.open("rb") as fh:
-                head = fh.read(4096).decode("utf-8", errors="replace")
-        except OSError:
-            continue
-        if '"ATIF-' in head or (candidate.stat().st_size <= 4096 and _says_atif(candidate)):
-            out.append(candidate)
-    return out
+    return [c for c in candidates if _says_atif(c)]
 
 
 def _says_atif(path: Path) -> bool:
     try:
         return is_atif(json.loads(path.read_text(encoding="utf-8")))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
 
 
