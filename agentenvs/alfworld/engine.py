@@ -25,7 +25,6 @@ memo's current path are process-wide.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -33,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentenvs.alfworld import fastpath
+from agentenvs.alfworld.shared import GAME_FILES, slim_state
 from agentenvs.registration import missing_dependency
 
 __all__ = ["ENGINE_LOCK", "Engine", "clear_process_cache", "import_engine"]
@@ -158,10 +158,7 @@ class Engine:
             return
         self._game_file = None
         self._state = None
-        source: str | dict[str, Any] = game_file
-        if self._transform is not None:
-            with open(game_file, encoding="utf-8") as f:
-                source = self._transform(json.load(f))
+        source = GAME_FILES.get(game_file, self._transform)  # one parsed copy per game and version
         with _engine_call(self._m):
             self._env.load(source)  # textworld's PddlEnv.load takes a path or the game's JSON
         self._game_file = game_file
@@ -172,7 +169,7 @@ class Engine:
             raise RuntimeError("Engine.reset() before load()")
         with _engine_call(self._m):
             self._state = self._env.reset()
-        self._admissible = frozenset(self._state["admissible_commands"])
+        self._after_call()
         return self._state["feedback"]
 
     def step(self, command: str) -> tuple[str, bool]:
@@ -184,8 +181,13 @@ class Engine:
         valid = command.strip() in self._admissible
         with _engine_call(self._m):
             self._state, _, _ = self._env.step(command)
-        self._admissible = frozenset(self._state["admissible_commands"])
+        self._after_call()
         return self._state["feedback"], valid
+
+    def _after_call(self) -> None:
+        """Keep only what the next call reads (:func:`~agentenvs.alfworld.shared.slim_state`)."""
+        slim_state(self._pddl)
+        self._admissible = frozenset(self._state["admissible_commands"])
 
     # ----- read-outs ------------------------------------------------------------------------
 

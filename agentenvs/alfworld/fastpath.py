@@ -44,6 +44,8 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agentenvs.alfworld import planner
+
 __all__ = ["clear", "installed", "ready_to_plan"]
 
 _GAMES = 8  # games whose logic and translations stay cached (about 4 MB each)
@@ -243,6 +245,7 @@ def _replacements(fast_downward: Any, pddl_logic: Any, textgen: Any, rule_cls: A
                 (rule_cls, "parse_conjunctive_query", _query_parser(rule_cls)),
                 (pddl_logic, "GameLogic", _game_logic_factory(pddl_logic, textgen)),
                 (fast_downward, "pddl2sas", _pddl2sas),
+                (fast_downward, "load_lib", planner.session_library(fast_downward.load_lib)),
             ]
         )
     return _REPLACEMENTS
@@ -253,8 +256,9 @@ def installed(fast_downward: Any, pddl_logic: Any, textgen: Any, rule_cls: Any) 
     """The equivalents above in place of the engine's own, for the duration of the block.
 
     The engine's modules look these functions up by name at call time (``pddl_logic.GameLogic``,
-    ``fast_downward.pddl2sas``, ``textgen._parse_and_convert``, ``textgen.copy_context``,
-    ``Rule.parse_conjunctive_query``); each is put back when the block ends.
+    ``fast_downward.pddl2sas``, ``fast_downward.load_lib``, ``textgen._parse_and_convert``,
+    ``textgen.copy_context``, ``Rule.parse_conjunctive_query``); each is put back when the block
+    ends.
     """
     replacements = _replacements(fast_downward, pddl_logic, textgen, rule_cls)
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in replacements]
