@@ -99,7 +99,7 @@ class _Tools:
     def __init__(self, service: EnvService) -> None:
         self.service = service
         template = service.template
-        self.counts = {s: len(template.task_ids(s)) for s in template.splits}
+        self.counts = _split_sizes(template)
         self.specs: dict[str, ToolSpec] = {t.name: t for t in tool_specs(template, self.counts)}
         self._families: dict[str, list[tuple[str, str]]] = {}
 
@@ -252,6 +252,18 @@ class _Tools:
             "admissible_actions": info.get("admissible_actions"),
             "info": jsonable_tree(info),
         }
+
+
+def _split_sizes(template: Any) -> dict[str, int]:
+    """Each split's task count; a split whose tasks cannot be listed here (e.g. data not
+    downloaded) is left out, so the tools neither offer nor accept it."""
+    sizes = {}
+    for split in template.splits:
+        try:
+            sizes[split] = len(template.task_ids(split))
+        except Exception as exc:
+            log.warning("%s: split %r left out of the MCP tools: %s", template.env_id, split, exc)
+    return sizes
 
 
 def jsonable_tree(value: Any) -> Any:

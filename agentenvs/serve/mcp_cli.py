@@ -58,8 +58,13 @@ def mcp_main(argv: list[str]) -> int:
 
     from agentenvs.serve.mcp import make_service, run_stdio
 
+    # the process is the one session: no other client waits for its slot, so no idle timeout
     service = make_service(
-        args.env_id, env_kwargs=args.env_kwargs, max_sessions=1, snapshot_key=args.snapshot_key
+        args.env_id,
+        env_kwargs=args.env_kwargs,
+        max_sessions=1,
+        idle_timeout=None,
+        snapshot_key=args.snapshot_key,
     )
     anyio.run(run_stdio, service)
     return 0

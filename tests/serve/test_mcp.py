@@ -95,7 +95,9 @@ async def play_expert_tasks(
             )
             assert got["won"] == info["won"] and got["turn"] == info["turn"]
             assert got["admissible_actions"] == info["admissible_actions"]
-        assert got["done"] and got["won"], (task_id, got["observation"][-300:])
+        assert got["done"] and got["won"] == steps[-1][1][4]["won"], task_id
+        if tasks == TASKS_PER_ENV:  # the expert wins the first tasks of every environment
+            assert got["won"], (task_id, got["observation"][-300:])
         message = await error(session, "step", action=steps[0][0])
         assert message.startswith("episode_over:")
 
@@ -134,8 +136,11 @@ def test_expert_plays_through_stdio(env_id: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("env_id", ENVS)
 def test_expert_plays_every_test_task_through_streamable_http(env_id: str) -> None:
+    """Every test task; the expert's episode in process and through MCP: same observations
+    (not every one won: WebShop's expert scores below 1 on some)."""
     with live_server(build_mcp_app(env_id)) as url:
 
         async def run() -> None:
