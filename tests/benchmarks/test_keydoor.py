@@ -4,6 +4,8 @@ action, and both registered as this process's plugins (played through the rollou
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentenvs.benchmarks.learning.envs import FATAL_CREDIT, SokobanOracleEnv
@@ -117,3 +119,50 @@ def test_registered_plugins_play_through_the_rollout_code():
         RolloutConfig(max_turns=6),
     )  # fmt: skip
     assert all("step_credit" in s.info for t in randoms for s in t.steps)
+
+
+def test_oracle_arm_trains_on_the_credit_environment():
+    from agentenvs.benchmarks.learning.settings import preset, rl_env_id
+
+    sokoban = preset("sokoban-validation")
+    assert rl_env_id(sokoban, "oracle") == "Sokoban-oracle-v0"
+    assert rl_env_id(sokoban, "grpo") == "Sokoban-v0"
+    assert rl_env_id(preset("keydoor"), "oracle") == "KeyDoor-v0"
+    with pytest.raises(ValueError, match="no step credit"):
+        rl_env_id(preset("textcraft"), "oracle")
+
+
+def test_keydoor_benchmark_with_random_and_oracle_arms(tmp_path):
+    """Every stage on KeyDoor at toy size: the random agent, SFT, GRPO and the oracle (which
+    reads the environment's step credit), evaluated on validation layouts only."""
+    from agentenvs.benchmarks.learning.run import run_benchmark
+    from agentenvs.benchmarks.learning.settings import PRESETS, preset
+
+    settings = preset(
+        "keydoor-validation",
+        seeds=(0,),
+        train_tasks=8,
+        validation_tasks=2,
+        sft_steps=10,
+        rl_iterations=1,
+        eval_every=1,
+        rl_prompts=2,
+        rl_samples=2,
+        eval_n=2,
+        max_turns=6,
+        model=PRESETS["smoke"].model,
+    )
+    summary = run_benchmark(settings, tmp_path, progress=False)
+    from agentenvs.benchmarks.learning.keydoor import KeyDoorEnv
+
+    validation = KeyDoorEnv().task_ids("validation")
+    assert summary["eval_split"] == "validation" and set(summary["eval_task_ids"]) <= set(
+        validation
+    )
+    assert set(summary["per_task"]) == {"sft", "random", "grpo", "oracle"}
+    assert set(summary["paired"]) == {"grpo", "oracle"}  # random is compared as sft - random
+    assert {"sft - random", "oracle - grpo"} <= set(summary["contrasts"])
+    oracle = summary["training"]["oracle"]["0"]
+    assert oracle["adv/step_credit_abs_mean"][0] is not None
+    result = json.loads((tmp_path / "random/seed-0/result.json").read_text())
+    assert result["policy"] == "random:0"
