@@ -155,6 +155,9 @@ DIAGNOSTIC_LABELS = {
     "adv/tree_depth_max": "deepest tree level",
     "adv/tree_branching": "children per expanded node",
     "adv/tree_split_frac": "expanded nodes with >= 2 children",
+    "actor/kl_to_initial": "KL to the SFT model (how far the arm moved)",
+    "actor/entropy": "policy entropy per reply token",
+    "actor/clipfrac": "clipped share of reply tokens",
 }
 """The per-iteration diagnostics of the RL arms, in the order ``summary.md`` shows them."""
 
