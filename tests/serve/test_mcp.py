@@ -5,6 +5,7 @@ each environment give the observations, rewards and ends of the same episodes in
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,8 +52,9 @@ async def http_session(url: str, **headers: str) -> AsyncIterator[ClientSession]
 
 @asynccontextmanager
 async def stdio_session(env_id: str) -> AsyncIterator[ClientSession]:
+    # the whole environment (the SDK passes only a few variables by default): data paths etc.
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "agentenvs.cli", "mcp", env_id]
+        command=sys.executable, args=["-m", "agentenvs.cli", "mcp", env_id], env=dict(os.environ)
     )
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
