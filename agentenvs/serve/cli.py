@@ -318,7 +318,7 @@ def _start_proxy(
             raise TimeoutError("the workers did not listen within 300 s")
         time.sleep(0.05)
     processes, maxconn = haproxy_plan(args.workers * args.max_sessions)
-    config = haproxy_config(args.host, args.port, sockets, maxconn)
+    config = haproxy_config(args.host, args.port, [f"unix@{s}" for s in sockets], maxconn)
     return start_haproxy(config, directory, processes)
 
 

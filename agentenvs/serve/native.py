@@ -8,10 +8,10 @@ Every response carries ``env_id``, ``version`` and ``variant``; every error is
 ``step_batch`` and ``reset_batch`` run many sessions' steps (resets) in one request, in order:
 each result is what ``step`` (``reset``) answers for that item, with its HTTP status in
 ``status``; an item's error (malformed, unknown session, episode over, the environment's crash)
-stands in its place and the other items still run. A well-formed batch request is answered by
-:class:`BatchFastPath` ahead of FastAPI's routing and body validation (a batch of fast steps is
-a turn of a whole rollout, and those cost as much as the steps); every other request to the
-batch routes reaches the FastAPI routes below, which answer the same.
+stands in its place and the other items still run. A well-formed batch request, and a plain
+``step`` or ``reset``, is answered by :class:`BatchFastPath` ahead of FastAPI's routing and body
+validation (a fast step costs less than the routing); every other request to these routes
+reaches the FastAPI routes below, which answer the same.
 """
 
 from __future__ import annotations
@@ -201,46 +201,117 @@ class BatchFastPath:
     the body is what the route's model accepts in the plain form a client sends, ``{"steps":
     [...]}`` with at most :data:`MAX_BATCH_ITEMS` items, as JSON (orjson parses it; a JSON
     content type or none). Its answer is the route's: the same items run by the same code, the
-    same JSON, status and headers. Any other request, a malformed or unusual batch included,
-    goes on to ``app`` with its body, and FastAPI's route answers it (its 422s among them)."""
+    same JSON, status and headers. ``POST /agentenvs/v1/step`` and ``/reset`` with a plain body
+    (``{"session", "action"}``; ``{"session", "task_id"?, "seed"?}``) are answered the same
+    way, errors as the app's handlers answer them. Any other request, a malformed or unusual
+    body included, goes on to ``app`` with its body, and FastAPI's route answers it (its 422s
+    among them)."""
 
     def __init__(self, app: Any, service: EnvService) -> None:
         self.app = app
         self.service = service
         self.routes = {f"{PREFIX}/{name}": op for name, op in _batch_operations(service).items()}
+        self.single = _single_operations(service)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        route = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        path = scope["path"] if scope["type"] == "http" else None
+        route = self.routes.get(path) if path is not None else None
+        if path in self.single and scope["method"] == "POST" and _json_body(scope["headers"]):
+            await self._single(scope, receive, send, self.single[path])
+            return
         if route is None or scope["method"] != "POST" or not _json_body(scope["headers"]):
             await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left: nobody to answer
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await _read_body(receive)
+        if body is None:  # the client left: nobody to answer
+            return
         field, run_one = route
         items = _batch_items(body, field)
         if items is None:
             await self.app(scope, _replay(body, receive), send)
             return
         results = await _run_batch(self.service, items, field, run_one)
-        payload = dumps({"results": results, **self.service.envelope()})
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"content-type", b"application/json"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await _answer(send, 200, dumps({"results": results, **self.service.envelope()}))
+
+    async def _single(self, scope: Any, receive: Any, send: Any, run_one: Any) -> None:
+        """``/step`` or ``/reset`` with a plain body answered here, as the route answers it;
+        any other body goes on to the route (which judges it)."""
+        body = await _read_body(receive)
+        if body is None:
+            return
+        try:
+            raw = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raw = None
+        try:
+            status, payload = 200, run_one(raw)
+        except _NotPlain:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        except Exception as exc:  # the route's error answer (app.py's handlers)
+            error = error_for(exc)
+            if error is None:
+                log.exception("internal error on POST %s", scope["path"])
+                error = internal_error(exc)
+            status, payload = error.status, {**error.to_json(), **self.service.envelope()}
+        await _answer(send, status, dumps(payload))
+
+
+class _NotPlain(Exception):
+    """A body the fast path leaves to the route."""
+
+
+def _single_operations(service: EnvService) -> dict[str, Callable[[Any], dict[str, Any]]]:
+    """``/step`` and ``/reset`` on a plain body: the route's answer (raises :class:`_NotPlain`
+    for any other body, a client error as the route raises it)."""
+    get, envelope, step, reset = service.store.get, service.envelope, service.step, service.reset
+
+    def step_one(raw: Any) -> dict[str, Any]:
+        if type(raw) is not dict or len(raw) != 2:
+            raise _NotPlain
+        session_id, action = raw.get("session"), raw.get("action")
+        if type(session_id) is not str or type(action) is not str:
+            raise _NotPlain
+        session = get(session_id)
+        return {**_step_json(step(session, action)), **envelope(session)}
+
+    def reset_one(raw: Any) -> dict[str, Any]:
+        if type(raw) is not dict or not raw.keys() <= _RESET_KEYS:
+            raise _NotPlain
+        try:
+            session_id, task_id, seed = _reset_item(raw)
+        except ValidationError:
+            raise _NotPlain from None
+        session = get(session_id)
+        return {**_reset_json(reset(session, task_id, seed)), **envelope(session)}
+
+    return {f"{PREFIX}/step": step_one, f"{PREFIX}/reset": reset_one}
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    """The request's body, or None when the client left before sending it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _answer(send: Any, status: int, payload: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-length", str(len(payload)).encode()),
+                (b"content-type", b"application/json"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
 
 
 def _json_body(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -149,6 +149,24 @@ class AgentenvsEnvironment(Environment[AgentenvsAction, AgentenvsObservation, Ag
             info=info,
         )
 
+    # On the event loop, as the native routes run: openenv awaits these instead of handing the
+    # call to its executor thread (a thread hop costs more than a fast environment's step).
+    async def reset_async(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task_id: str | None = None,
+        split: str | None = None,
+        index: int | None = None,
+        **_: Any,
+    ) -> AgentenvsObservation:
+        return self.reset(seed, episode_id, task_id, split, index)
+
+    async def step_async(
+        self, action: AgentenvsAction, timeout_s: float | None = None, **_: Any
+    ) -> AgentenvsObservation:
+        return self.step(action, timeout_s)
+
     @property
     def state(self) -> AgentenvsState:
         env = self._session.env

@@ -59,9 +59,10 @@ def haproxy_plan(connections: int) -> tuple[int, int]:
     return max(1, -(-connections // maxconn)), maxconn
 
 
-def haproxy_config(host: str, port: int, sockets: list[Path], maxconn: int) -> str:
-    """The HAProxy configuration routing ``host:port`` to the workers on ``sockets``."""
-    n = len(sockets)
+def haproxy_config(host: str, port: int, servers: list[str], maxconn: int) -> str:
+    """The HAProxy configuration routing ``host:port`` to the workers at ``servers`` (HAProxy
+    addresses: ``unix@/path/w0.sock`` or ``127.0.0.1:8001``), worker ``i`` at ``servers[i]``."""
+    n = len(servers)
     lines = [
         "global",
         f"    maxconn {maxconn}",
@@ -105,8 +106,8 @@ def haproxy_config(host: str, port: int, sockets: list[Path], maxconn: int) -> s
         )
     for i in range(n):
         lines.append(f"    use-server w{i} if {{ var(txn.worker) -m int {i} }}")
-    for i, sock in enumerate(sockets):
-        lines.append(f"    server w{i} unix@{sock} maxconn {maxconn}")
+    for i, address in enumerate(servers):
+        lines.append(f"    server w{i} {address} maxconn {maxconn}")
     return "\n".join(line for line in lines if line) + "\n"
 
 

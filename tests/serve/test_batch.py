@@ -330,3 +330,43 @@ def test_the_fast_path_answers_byte_for_byte_what_the_route_answers() -> None:
         )
         resets.append(_asgi_post(app, V1 + "/reset_batch", body, b"application/json"))
     assert resets[0] == resets[1]
+
+
+def test_the_fast_path_answers_single_steps_and_resets_as_the_route() -> None:
+    """A plain ``/step`` or ``/reset`` through the fast path and the same through FastAPI's
+    route (a body with a BOM): the same status, headers and bytes, errors included."""
+    import orjson
+
+    app = build_app(TC)
+    service = app.state.service
+    a, b = service.store.create().id, service.store.create().id
+    too_long = "x" * (env_class(TC).max_action_length + 1)
+    for fast, routed in (
+        ({"session": a, "task_id": "agentgym/3"}, {"session": b, "task_id": "agentgym/3"}),
+        ({"session": a, "task_id": "agentgym/3", "seed": 7}, None),
+        ({"session": "nope", "task_id": "agentgym/3"}, None),
+        ({"session": a, "task_id": "no/such"}, None),
+    ):
+        answers = [_asgi_post(app, V1 + "/reset", orjson.dumps(fast), b"application/json")]
+        if routed is not None:
+            body = b"\xef\xbb\xbf" + orjson.dumps(routed)
+            answers.append(_asgi_post(app, V1 + "/reset", body, b"application/json"))
+            assert answers[0] == answers[1]
+        else:
+            body = b"\xef\xbb\xbf" + orjson.dumps(fast)
+            assert answers[0] == _asgi_post(app, V1 + "/reset", body, b"application/json")
+    service.reset(service.store.get(b), "agentgym/3")
+    service.reset(service.store.get(a), "agentgym/3")
+    actions = ["inventory", "get 1 oak log", too_long, "craft 4 oak planks using 1 oak log"]
+    for action in actions:
+        answers = []
+        for sid, prefix in ((a, b""), (b, b"\xef\xbb\xbf")):
+            body = prefix + orjson.dumps({"session": sid, "action": action})
+            answers.append(_asgi_post(app, V1 + "/step", body, b"application/json"))
+        assert answers[0] == answers[1]
+        assert answers[0][0] == (413 if action == too_long else 200)
+    for body in ({"session": "nope", "action": "x"}, {"session": a}, {"session": a, "action": 1}):
+        raw = orjson.dumps(body)
+        answer = _asgi_post(app, V1 + "/step", raw, b"application/json")
+        assert answer == _asgi_post(app, V1 + "/step", b"\xef\xbb\xbf" + raw, b"application/json")
+        assert answer[0] in (404, 422)
