@@ -24,9 +24,9 @@ ENV_IDS = ("TextCraft-v0", "BabyAI-Text-v0", "ALFWorld-v0", "WebShop-v0", "Sokob
 FIXTURES = Path(__file__).parent / "atif"  # another harness's trajectory (a coding agent's)
 
 
-def _eval_and_export(env_id: str, root: Path, *agent: str) -> tuple[Path, Path]:
+def _eval_and_export(env_id: str, root: Path, *agent: str, limit: int = 2) -> tuple[Path, Path]:
     run, out = root / "run", root / "atif"
-    args = ["eval", env_id, "-k", "1", "--limit", "2", "--no-progress", "--out", str(run)]
+    args = ["eval", env_id, "-k", "1", "--limit", str(limit), "--no-progress", "--out", str(run)]
     assert main([*args, "--agent", *agent]) == 0
     assert main(["export", str(run), "--format", "atif", str(out)]) == 0
     return run, out
@@ -106,9 +106,8 @@ def test_token_ids_and_logprobs_are_exported(tmp_path):
     from agentenvs.agents.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny")
-    run, out = _eval_and_export(
-        "TextCraft-v0", tmp_path, f"hf:{model}", "--max-turns", "3", "--temperature", "1.0"
-    )
+    options = ["--max-turns", "3", "--max-new-tokens", "24", "--temperature", "1.0"]
+    run, out = _eval_and_export("TextCraft-v0", tmp_path, f"hf:{model}", *options, limit=1)
     episodes = _episodes(run, out)
     assert all(s.token_ids and s.logprobs for _, t in episodes for s in t.steps)
     for doc, traj in episodes:
