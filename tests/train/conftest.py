@@ -1,10 +1,11 @@
 """Fixtures of the trainer tests: a small TextCraft policy after a short SFT, and Prefix-GRPO
 queries cut from expert trajectories under it.
 
-The policy is the learning check's model (:func:`agentenvs.benchmarks.learning.check.build_check_model`)
-at its smallest shape, SFT'd for 100 steps on the expert's episodes of four depth-1 tasks: it
-then solves about half of its sampled episodes, so rewards vary within a group and every
-algorithm has a non-zero signal in two iterations.
+The policy is the learning check's model
+(:func:`agentenvs.benchmarks.learning.check.build_check_model`) at its smallest shape, SFT'd for 100
+steps on the expert's episodes of four depth-1 tasks: it then solves about half of its sampled
+episodes, so rewards vary within a group and every algorithm has a non-zero signal in two
+iterations.
 """
 
 from __future__ import annotations

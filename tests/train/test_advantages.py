@@ -33,7 +33,8 @@ WORKED_EXAMPLE = [
     [("s0", "a", 0.0), ("s1", "e", 0.0), ("s3", "f", 0.0)],
     [("s0", "g", 0.0), ("s4", "h", 1.0)],
 ]
-# The PTGPO paper's worked example, hand-computed (gamma 1, tau_expand 2, D unbounded, omega 1, eps -> 0).
+# The PTGPO paper's worked example, hand-computed (gamma 1, tau_expand 2, D unbounded, omega 1,
+# eps -> 0).
 WORKED_EXAMPLE_ADVANTAGES = [
     [0.5774, 1.4434, 3.3052],
     [-1.1547, -0.2887, -3.3052],

@@ -22,7 +22,7 @@ from agentenvs.train.prefix_loss import (  # noqa: E402
     PrefixSignals,
     prefix_grpo_loss,
 )
-from agentenvs.train.rl.config import ALGORITHMS  # noqa: E402
+from agentenvs.train.rl.config import ALGORITHMS, RLConfig  # noqa: E402
 
 
 def inputs(with_prefix: bool = True) -> LossInputs:
@@ -59,6 +59,14 @@ def test_every_algorithm_names_a_registered_loss() -> None:
     for spec in ALGORITHMS.values():
         get_policy_loss(spec.loss)
     assert [n for n, s in ALGORITHMS.items() if s.prefix] == ["prefix-grpo"]
+
+
+def test_every_engine_kind_has_a_policy_factory() -> None:
+    from agentenvs.train.rl.config import ENGINES
+    from agentenvs.train.rl.engine import POLICY_FACTORIES, policy_factory, transformers_policy
+
+    assert sorted(POLICY_FACTORIES) == sorted(ENGINES)
+    assert policy_factory(RLConfig()) is transformers_policy
 
 
 def test_clipped_is_the_policy_loss() -> None:

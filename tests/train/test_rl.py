@@ -70,6 +70,7 @@ def test_two_iterations(rl_fixture, tmp_path, algo):
             "actor/kl",
             "actor/grad_norm",
             "actor/entropy",
+            "actor/kl_to_initial",
             "perf/train_tokens_per_s",
             "time_share/rollout",
             "time_share/update",
@@ -79,6 +80,15 @@ def test_two_iterations(rl_fixture, tmp_path, algo):
             assert key in m and math.isfinite(m[key]), key
         assert m["rollout/error_episodes"] == 0 and m["rollout/env_worker_restarts"] == 0
     assert any(m["adv/abs_mean"] > 0 for m in lines), "no reward variance: nothing to learn"
+    # the first iteration is played by the initial policy itself; an update moves it away
+    assert abs(lines[0]["actor/kl_to_initial"]) < 1e-5
+    if lines[0]["actor/optimizer_steps"] > 0:
+        assert lines[1]["actor/kl_to_initial"] > lines[0]["actor/kl_to_initial"]
+    protocol = json.loads((out / "protocol.json").read_text())
+    estimator = rl_config(rl_fixture, out, algo).spec.estimator
+    assert protocol["advantage"]["estimator"] == estimator
+    if algo == "ptgpo":
+        assert protocol["advantage"]["settings"]["root_spread"] == "paper"
     if algo == "prefix-grpo":
         assert all(m["prefix/token_count"] > 0 for m in lines)
     if algo == "dapo":
@@ -92,6 +102,12 @@ def test_two_iterations(rl_fixture, tmp_path, algo):
     assert changed, "the update left every weight unchanged"
     assert all(torch.isfinite(v).all() for v in after.values())
     assert list((out / "tensorboard").iterdir())
+
+
+def test_the_oracle_on_an_environment_without_step_credit_is_a_clear_error(rl_fixture, tmp_path):
+    trainer = RLTrainer(rl_config(rl_fixture, tmp_path / "oracle", "oracle"), progress=False)
+    with pytest.raises(ValueError, match=r"step 0 \(action .*\) has no info\['step_credit'\]"):
+        trainer.train()
 
 
 def test_resume_equals_an_uninterrupted_run(rl_fixture, tmp_path):

@@ -350,6 +350,11 @@ class RLConfig:
     """Rows longer than this (prompt + reply tokens) are left out of the update (counted)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory for long rows)."""
+    reference_kl: bool = True
+    """Log ``actor/kl_to_initial`` each iteration: the exact per-token KL from the policy that
+    played the iteration to the initial weights (``model``), which a frozen copy on the trainer's
+    device holds. It costs that copy's memory and a forward pass of both models over every row
+    of the iteration (rows without signal included); false: neither."""
     data: DataSettings = field(default_factory=DataSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)

@@ -6,25 +6,26 @@ policy entropy at the reply positions. Logits are computed only where a log-prob
 (``logits_to_keep`` with a boolean position mask, where the model takes it), so a long prompt
 costs its transformer pass but not a ``length x vocab`` logit matrix.
 
-:func:`recompute_old_log_probs` is the "old policy" pass before the update (no gradient; the
-rollout engine's own log-probs stay on the rows for TIS/MIS). :func:`ppo_update` runs
-``ppo_epochs`` epochs; each epoch shuffles the rows with a generator seeded by (seed, iteration,
-epoch) and splits them into ``mini_batches`` optimizer steps; each step accumulates gradients over
-micro-batches whose losses are divided by the whole mini-batch's token (or row) count, so the
-sum is exactly the mini-batch's token-mean loss whatever the micro-batch size.
+:func:`recompute_old_log_probs` is the "old policy" pass before the update (no gradient; the rollout
+engine's own log-probs stay on the rows for TIS/MIS); with a frozen reference model (the initial
+policy) it also measures the exact per-token KL to it (:func:`reply_statistics`). :func:`ppo_update`
+runs ``ppo_epochs`` epochs; each epoch shuffles the rows with a generator seeded by (seed,
+iteration, epoch) and splits them into ``mini_batches`` optimizer steps; each step accumulates
+gradients over micro-batches whose losses are divided by the whole mini-batch's token (or row)
+count, so the sum is exactly the mini-batch's token-mean loss whatever the micro-batch size.
 
-No wasted passes (:func:`zero_advantage_rows`): the surrogate is ``-A * ratio`` (clipped), with
-no KL or entropy term, so a row whose every reply token has advantage 0 and whose prefix tokens
-(if it trains any) have prefix advantage 0 has loss 0 and gradient 0, whatever the weights. Such
-rows skip the old-log-prob pass (unless a TIS/MIS correction needs their old log-probs for its
-keep mask) and every forward and backward pass of the update, but stay in the mini-batch
-shuffle and in every denominator, so each step's loss, gradient and metrics of the other rows
-are those of the full batch (only the entropy, KL and clip statistics are over the rows that
-ran). A mini-batch with no such row anywhere skips its optimizer step (``actor/skipped_steps``;
-the lr schedule still advances, so the schedule and a resume stay tied to the iteration): with
-SGD this is the same run as stepping on a zero gradient; with AdamW it differs (no momentum or
-weight-decay drift on a step with no signal). ``UpdateSettings.skip_zero_advantage=False``
-restores the full passes.
+No wasted passes (:func:`zero_advantage_rows`): the surrogate is ``-A * ratio`` (clipped), with no
+KL or entropy term, so a row whose every reply token has advantage 0 and whose prefix tokens (if it
+trains any) have prefix advantage 0 has loss 0 and gradient 0, whatever the weights. Such rows skip
+the old-log-prob pass (unless a TIS/MIS correction needs their old log-probs for its keep mask, or
+the trainer measures the KL to the initial policy over every row) and every forward and backward
+pass of the update, but stay in the mini-batch shuffle and in every denominator, so each step's
+loss, gradient and metrics of the other rows are those of the full batch (only the entropy, KL and
+clip statistics are over the rows that ran). A mini-batch with no such row anywhere skips its
+optimizer step (``actor/skipped_steps``; the lr schedule still advances, so the schedule and a
+resume stay tied to the iteration): with SGD this is the same run as stepping on a zero gradient;
+with AdamW it differs (no momentum or weight-decay drift on a step with no signal).
+``UpdateSettings.skip_zero_advantage=False`` restores the full passes.
 
 Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` of several ranks, the
 model FSDP-sharded): each rank holds its own rows (whole groups), the denominators are the counts
@@ -69,6 +70,7 @@ __all__ = [
     "apply_correction",
     "ppo_update",
     "recompute_old_log_probs",
+    "reply_statistics",
     "token_log_probs",
     "zero_advantage_rows",
 ]
@@ -137,6 +139,51 @@ def token_log_probs(
     model: Any, batch: dict[str, Any], *, entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(reply log-probs (B, L), prefix log-probs (B, W) or None, entropy (B, L) or None)."""
+    targets, keep, offsets = _target_positions(batch)
+    logits = logits_at(model, batch, keep).float()
+    log_norm = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, _next_ids(batch, keep)[:, None]).squeeze(-1)
+    full = _scatter(targets, picked - log_norm)
+    reply = _reply_columns(full, batch)
+    prefix = batch["prefix"]
+    prefix_lp = gather_prefix_log_probs(full, prefix, offsets) if prefix is not None else None
+    ent = None
+    if entropy:
+        with torch.no_grad():
+            flat = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            ent = _reply_columns(_scatter(targets, flat), batch)
+    return reply, prefix_lp, ent
+
+
+def reply_statistics(
+    model: Any, batch: dict[str, Any], reference: Any | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """No gradient, reply tokens only: (log-probs (B, L), entropy (B, L), KL (B, L) or None).
+
+    The KL is exact at each reply position: KL(pi || pi_ref) = sum over the vocabulary of
+    p(v) (log p(v) - log p_ref(v)), ``reference`` the frozen initial policy, at the contexts the
+    rollout visited (averaged over them it estimates the sequence KL without the variance of a
+    one-sample k1/k3 estimate)."""
+    targets, keep, _ = _target_positions({**batch, "prefix": None})
+    with torch.no_grad():
+        logits = logits_at(model, batch, keep).float()
+        log_norm = torch.logsumexp(logits, dim=-1)  # as token_log_probs: the same old log-probs
+        picked = logits.gather(-1, _next_ids(batch, keep)[:, None]).squeeze(-1)
+        p = torch.softmax(logits, dim=-1)
+        reply = _reply_columns(_scatter(targets, picked - log_norm), batch)
+        ent = _reply_columns(_scatter(targets, log_norm - (p * logits).sum(-1)), batch)
+        kl = None
+        if reference is not None:
+            log_ref = torch.log_softmax(logits_at(reference, batch, keep).float(), dim=-1)
+            log_p = logits - log_norm[:, None]
+            kl = _reply_columns(_scatter(targets, (p * (log_p - log_ref)).sum(-1)), batch)
+    return reply, ent, kl
+
+
+def _target_positions(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(targets, keep, offsets): the (B, S) tokens whose log-prob is wanted (reply, and the
+    prefix span when the batch has one), the logit columns that predict them (column c predicts
+    token c + 1), and each row's first real token."""
     input_ids = batch["input_ids"]
     rows, seq_len = input_ids.shape
     width_p = batch["prompt_width"]
@@ -158,23 +205,24 @@ def token_log_probs(
         targets[row_index[wanted], positions[wanted]] = True
     targets[:, 0] = False  # token 0 has no predecessor
     keep = torch.zeros_like(targets)
-    keep[:, :-1] = targets[:, 1:]  # the logits at column c predict token c + 1
-    logits = logits_at(model, batch, keep)
-    next_ids = input_ids[:, 1:][keep[:, :-1]]
-    picked = logits.gather(-1, next_ids[:, None]).squeeze(-1).float()
-    log_norm = torch.logsumexp(logits.float(), dim=-1)
-    full = torch.zeros((rows, seq_len), dtype=torch.float32, device=input_ids.device)
-    full = full.masked_scatter(targets, picked - log_norm)
-    reply = full[:, width_p : width_p + width_l]
-    prefix_lp = gather_prefix_log_probs(full, prefix, offsets) if prefix is not None else None
-    ent = None
-    if entropy:
-        with torch.no_grad():
-            probs = torch.softmax(logits.float(), dim=-1)
-            flat = log_norm - (probs * logits.float()).sum(-1)
-            ent_full = torch.zeros_like(full).masked_scatter(targets, flat)
-            ent = ent_full[:, width_p : width_p + width_l]
-    return reply, prefix_lp, ent
+    keep[:, :-1] = targets[:, 1:]
+    return targets, keep, offsets
+
+
+def _next_ids(batch: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
+    """(N,) the token each kept logit column predicts."""
+    return batch["input_ids"][:, 1:][keep[:, :-1]]
+
+
+def _scatter(targets: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """(B, S) float32 zeros with ``values`` (N,) at the True positions of ``targets``."""
+    full = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
+    return full.masked_scatter(targets, values.float())
+
+
+def _reply_columns(full: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+    width_p = batch["prompt_width"]
+    return full[:, width_p : width_p + batch["response_mask"].shape[1]]
 
 
 def recompute_old_log_probs(
@@ -186,12 +234,15 @@ def recompute_old_log_probs(
     device: torch.device,
     precision: str,
     ctx: DistContext | None = None,
+    reference: Any | None = None,
 ) -> dict[str, float]:
     """Set ``row.old_log_probs`` with the current model; returns entropy and engine-gap metrics
+    and, with a ``reference`` model (the frozen initial policy), ``actor/kl_to_initial``: the
+    exact per-token KL(pi || pi_ref) of :func:`reply_statistics`, mean over the reply tokens
     (over every rank's rows when ``ctx`` is distributed)."""
     ctx = ctx or DistContext()
     model.eval()
-    ent_sum = gap_sum = 0.0
+    ent_sum = gap_sum = kl_sum = 0.0
     tokens = 0
     chunks = _micro_batches(list(range(len(rows))), rows, micro_batch_size)
     extra = micro_batch_rounds(ctx, len(chunks)) - len(chunks)  # before any FSDP collective
@@ -201,19 +252,28 @@ def recompute_old_log_probs(
             batch = collate(micro, pad_id, device)
             batch["prefix"] = None  # prefix old log-probs come from the sidecar (SFT model)
             with autocast_context(device, precision):
-                reply, _, ent = token_log_probs(model, batch, entropy=True)
+                reply, ent, kl = reply_statistics(model, batch, reference)
             mask = batch["response_mask"]
             for j, row in enumerate(micro):
                 row.old_log_probs = reply[j, : len(row.response_ids)].float().cpu()
             ent_sum += float((ent * mask).sum())
             gap_sum += float(((reply - batch["rollout_log_probs"]).abs() * mask).sum())
+            if kl is not None:
+                kl_sum += float((kl * mask).sum())
             tokens += int(mask.sum())
-        pad_passes(model, extra, pad_id=pad_id, device=device, precision=precision, backward=False)
-    ent_sum, gap_sum, tokens = ctx.sum([ent_sum, gap_sum, tokens])
-    return {
+        for _ in range(extra):  # in the order of a micro-batch's passes: policy, then reference
+            for passes in (model, reference) if reference is not None else (model,):
+                pad_passes(
+                    passes, 1, pad_id=pad_id, device=device, precision=precision, backward=False
+                )
+    ent_sum, gap_sum, kl_sum, tokens = ctx.sum([ent_sum, gap_sum, kl_sum, tokens])
+    metrics = {
         "actor/entropy": ent_sum / max(tokens, 1),
         "rollout/trainer_logprob_gap": gap_sum / max(tokens, 1),
     }
+    if reference is not None:
+        metrics["actor/kl_to_initial"] = kl_sum / max(tokens, 1)
+    return metrics
 
 
 def apply_correction(
