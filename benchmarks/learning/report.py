@@ -413,8 +413,9 @@ def plot_curve(
         stats = [_mean_se(points[x]) for x in xs]
         means = [s["mean"] for s in stats]
         errs = [s["se"] or 0.0 for s in stats]
-        if arm == "sft":
-            ax.axhline(means[0], color="gray", ls="--", lw=1.2, label=f"sft (Avg@{k})")
+        if arm in ("sft", "random"):  # no RL iterations: a level line
+            style = {"sft": ("gray", "--"), "random": ("black", ":")}[arm]
+            ax.axhline(means[0], color=style[0], ls=style[1], lw=1.2, label=f"{arm} (Avg@{k})")
             continue
         ax.errorbar(xs, means, yerr=errs, marker="o", capsize=3, lw=1.8, label=arm)
     ax.set_xlabel("RL iteration (0: the SFT model)")
