@@ -1,6 +1,7 @@
 """agentenvs: long-horizon text benchmarks behind one Gymnasium text API.
 
-``import agentenvs`` registers every environment id with Gymnasium::
+``import agentenvs`` registers every environment id with Gymnasium (every environment plugin:
+ours and those of other installed packages, docs/extending.md)::
 
     import gymnasium as gym
     import agentenvs
@@ -26,16 +27,19 @@ from agentenvs.core import (
     UnknownSplitError,
     UnknownTaskError,
 )
+from agentenvs.plugins import EnvPlugin, PluginError
 from agentenvs.registration import ENVIRONMENTS, env_class, make, register_all
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ENVIRONMENTS",
+    "EnvPlugin",
     "EpisodeOverError",
     "MatchResult",
     "MatchStatus",
     "Outcome",
+    "PluginError",
     "ReplayResult",
     "ResetNeededError",
     "Snapshot",

@@ -94,7 +94,9 @@ def register_all() -> None:
 
 
 def env_class(env_id: str) -> type:
-    """The environment class behind ``env_id`` (imports its module)."""
+    """The environment class behind ``env_id`` (imports its module, after checking the modules
+    its plugin ``requires``: a missing one is a :class:`MissingDependencyError`)."""
+    check_dependencies(env_id)
     cls = load_part(env_id, "env")
     if not isinstance(cls, type):
         from agentenvs.plugins import PluginError, source
@@ -107,7 +109,8 @@ def env_class(env_id: str) -> type:
 
 
 def make(env_id: str, **kwargs: Any) -> Any:
-    """``gym.make`` for an agentenvs id, with a clear error for an unknown or broken one."""
-    plugin(env_id)
+    """``gym.make`` for an agentenvs id, with a clear error for an unknown or broken one and
+    for a missing dependency (:func:`check_dependencies`)."""
+    check_dependencies(env_id)
     register_all()
     return gym.make(env_id, **kwargs)

@@ -384,3 +384,18 @@ def _info() -> dict:
         "admissible_actions": None,
         "fields": {},
     }
+
+
+def test_a_plugins_missing_dependency_names_its_extra(tmp_path: Path) -> None:
+    from agentenvs.registration import MissingDependencyError, make
+
+    module = _GOOD + (
+        "PLUGIN = EnvPlugin('NeedsDep-v0', 'needsdep_env:Env', extra='needsdep[fast]', "
+        "requires=('not_installed_dependency',))\n"
+    )
+    site = write_distribution(
+        tmp_path / "site", "needsdep", {"NeedsDep-v0": "needsdep:PLUGIN"}, {"needsdep.py": module}
+    )
+    with on_path(site):
+        with pytest.raises(MissingDependencyError, match=r"pip install 'needsdep\[fast\]'"):
+            make("NeedsDep-v0")
