@@ -24,7 +24,8 @@ Inside :func:`installed` (every engine call, and only there) these are replaced 
   read (the grammar's ``{...}`` expressions read ``name``, ``indefinite`` and the like);
 * ``GameLogic`` is parsed once per grammar *form*: the grammar with its task sentence replaced by
   a placeholder; a game's logic is that one with its own ``task`` rule;
-* ``pddl2sas`` is remembered per (domain, problem) for the last few games, and the planner's
+* ``pddl2sas`` is remembered per (domain, problem) for the last few games (its SAS text
+  compressed, :class:`_SasHandle`), and the planner's
   translation (``optimize=True``, half of a new game's load) is made only when a plan is asked
   for (:func:`ready_to_plan`; the environment's own steps never plan).
 
@@ -212,10 +213,30 @@ def _translated(domain: str, problem: str, optimize: bool, verbose: bool = False
     )
 
 
+class _SasHandle(str):
+    """Stands in for a game's SAS text (about 1 MB) in ``PddlState.sas``: the library copies of
+    :mod:`agentenvs.alfworld.planner` hold the task, and ``PddlState`` only passes the text's
+    ``encode()`` to ``load_sas``; this one encodes to a :class:`~agentenvs.alfworld.planner.TaskRef`
+    that names the task and gives its text if a library copy has to load it."""
+
+    ref: planner.TaskRef
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:  # type: ignore[override]
+        return self.ref
+
+
+def _sas_handle(domain: str, problem: str, verbose: bool) -> tuple[Any, _SasHandle]:
+    """The game's translation (``pddl2sas`` without optimization), its text kept compressed."""
+    task, sas = _TRANSLATE[0](domain, problem, verbose=verbose, optimize=False)
+    handle = _SasHandle("")
+    handle.ref = planner.TaskRef.of(sas.encode("utf-8"))
+    return task, handle
+
+
 def _pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
     if optimize:  # the planner's task: its text is only read by replan (ready_to_plan)
         return None, _DEFERRED
-    return _translated(domain, problem, False, verbose)
+    return _SAS.get((domain, problem, False), lambda: _sas_handle(domain, problem, verbose))
 
 
 def ready_to_plan(pddl_state: Any) -> None:

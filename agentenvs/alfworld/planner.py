@@ -13,7 +13,8 @@ only, :func:`agentenvs.alfworld.fastpath.installed` replaces ``fast_downward.loa
 stands for the library with the calls textworld makes, and holds only the session's state id in
 the library's state registry:
 
-* ``load_sas(task)`` binds the session to the :class:`_SharedTask` of that task text, loading it
+* ``load_sas(task)`` binds the session to the :class:`_SharedTask` of that task (its text, or a
+  :class:`TaskRef` naming it: the fast path keeps the text compressed), loading it
   into a library copy only when no copy holds it (a copy whose sessions are all gone is reused
   for the next task), and puts the session at the task's initial state;
 * every other call first sets the library's current state to the session's (``set_state_id``,
@@ -32,33 +33,59 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import zlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LOCK", "SessionPlanner", "library_copies", "session_library"]
+__all__ = ["LOCK", "SessionPlanner", "TaskRef", "library_copies", "session_library"]
 
 LOCK = threading.RLock()
 
 
 def _digest(task: bytes) -> bytes:
-    """Names a task text (the text itself is several hundred KB; the library keeps a copy)."""
+    """Names a task text (the text itself is about 1 MB; the library keeps a copy)."""
     return hashlib.sha256(task).digest()
+
+
+class TaskRef(bytes):
+    """What ``load_sas`` may be given in place of a task text (empty bytes): its digest, and its
+    text kept compressed, decompressed only when a library copy has to load it."""
+
+    key: bytes
+    _packed: bytes
+
+    @classmethod
+    def of(cls, text: bytes) -> TaskRef:
+        ref = cls()
+        ref.key = _digest(text)
+        ref._packed = zlib.compress(text, 1)
+        return ref
+
+    def text(self) -> bytes:
+        return zlib.decompress(self._packed)
+
+
+def _named(task: bytes) -> tuple[bytes, Callable[[], bytes]]:
+    """``(digest, text getter)`` of a task given as its text or as a :class:`TaskRef`."""
+    if isinstance(task, TaskRef):
+        return task.key, task.text
+    return _digest(task), lambda: task
 
 
 class _SharedTask:
     """One library copy with one task loaded, and how many sessions are bound to it."""
 
-    def __init__(self, lib: Any, task: bytes) -> None:
+    def __init__(self, lib: Any, key: bytes, text: Callable[[], bytes]) -> None:
         self.lib = lib
         self.key = b""
         self.sessions = 0
         self.initial_id = 0
         self.replan_text: bytes | None = None  # what load_sas_replan last gave this copy
-        self.load(task)
+        self.load(key, text)
 
-    def load(self, task: bytes) -> None:
-        self.lib.load_sas(task)  # deletes the copy's previous task and registry
-        self.key = _digest(task)
+    def load(self, key: bytes, text: Callable[[], bytes]) -> None:
+        self.lib.load_sas(text())  # deletes the copy's previous task and registry
+        self.key = key
         self.initial_id = int(self.lib.get_state_id())
         self.replan_text = None
 
@@ -71,16 +98,17 @@ class _Pool:
         self._by_task: dict[bytes, _SharedTask] = {}  # bound or idle, by task digest
         self._idle: list[_SharedTask] = []  # no session bound, least recently released first
 
-    def acquire(self, task: bytes, key: bytes) -> _SharedTask:
-        """The copy holding ``task`` (``key`` its digest), one more session bound to it."""
+    def acquire(self, key: bytes, text: Callable[[], bytes]) -> _SharedTask:
+        """The copy holding the task of digest ``key`` (loading ``text()`` into a copy if none
+        does), one more session bound to it."""
         shared = self._by_task.get(key)
         if shared is None:
             if self._idle:
                 shared = self._idle.pop(0)
                 del self._by_task[shared.key]
-                shared.load(task)
+                shared.load(key, text)
             else:
-                shared = _SharedTask(self._load_lib(), task)
+                shared = _SharedTask(self._load_lib(), key, text)
             self._by_task[key] = shared
         elif shared.sessions == 0:
             self._idle.remove(shared)
@@ -122,9 +150,9 @@ class SessionPlanner:
     def load_sas(self, task: bytes) -> bool:
         with LOCK:
             old = self._shared
-            key = _digest(task)
+            key, text = _named(task)
             if old is None or old.key != key:
-                self._shared = self._pool.acquire(task, key)
+                self._shared = self._pool.acquire(key, text)
                 if old is not None:
                     self._pool.release(old)
             self._state_id = self._shared.initial_id
