@@ -53,6 +53,8 @@ REASONS: dict[str, str] = {
     "tensordict": "verl 0.9.1 accepts tensordict >=0.8.0,<=0.10.0: the newest it accepts",
     "openenv": "the server subclasses OpenEnv's server types and its clients are tested against "
     "it; 0.x minors change them, so the range is the tested minor",
+    "ruff": "make test runs ruff check and ruff format --check: another release formats and "
+    "flags differently, so the tree is held to one",
     "mcp": "OpenEnv 0.10 needs fastmcp 3, which needs mcp<2, so [all] holds mcp 1.x; the MCP "
     "server is written against 1.x's low-level server (1.30: the streamable HTTP session "
     "limit and idle timeout)",
