@@ -106,6 +106,8 @@ class LevelResult:
     requests_per_s: float
     rss_per_session_kib: float | None
     wall_s: float
+    cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
+    """CPU of the server's workers, its proxy and the client, per request of the level."""
     errors: dict[str, int] = field(default_factory=dict)
     ws_left_open: int | None = None
 
@@ -168,6 +170,21 @@ class Server:
                 pass
         return total
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) so far: ``workers`` (Python processes) and ``proxy``."""
+        import psutil
+
+        root = psutil.Process(self.proc.pid)
+        totals = {"workers": 0.0, "proxy": 0.0}
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                times = p.cpu_times()
+                kind = "workers" if "python" in p.name() else "proxy"
+                totals[kind] += times.user + times.system
+            except psutil.Error:
+                pass
+        return totals
+
     def ws_sessions(self) -> int | None:
         import urllib.request
 
@@ -227,7 +244,8 @@ async def ws_session(
     ws_url = url.replace("http://", "ws://") + "/ws"
     try:
         ws = await asyncio.wait_for(
-            connect(ws_url, ping_interval=None, max_size=None), args.timeout
+            connect(ws_url, ping_interval=None, max_size=None, open_timeout=args.timeout),
+            args.timeout,
         )
     except Exception as exc:
         tally.fail(f"connect: {type(exc).__name__}: {exc}", i)
@@ -409,8 +427,13 @@ def run_level(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     start = time.monotonic()
+    cpu_before, client_before = server.cpu_seconds(), _own_cpu()
     asyncio.run(_run_sessions(transport, server.url, env_id, n, args, tally, ramp_rate))
     wall = time.monotonic() - start
+    cpu_after, client_after = server.cpu_seconds(), _own_cpu()
+    per = 1000 / max(tally.requests, 1)
+    cpu = {k: round((cpu_after[k] - cpu_before[k]) * per, 3) for k in cpu_after}
+    cpu["client"] = round((client_after - client_before) * per, 3)
     done.set()
     sampler.join()
     left = None
@@ -427,9 +450,15 @@ def run_level(
         requests_per_s=round(tally.requests / wall, 1),
         rss_per_session_kib=round(max(peak[0] - base_rss, 0) / n / 1024, 1) if peak[0] else None,
         wall_s=round(wall, 1),
+        cpu_ms_per_request=cpu,
         errors=dict(sorted(tally.errors.items(), key=lambda kv: -kv[1])[:3]),
         ws_left_open=left,
     )
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def _series(
@@ -478,7 +507,7 @@ def run(args: Any) -> dict[str, Any]:
             skipped += [f"{env_id} {n}" for n in args.levels if n not in levels]
             if not levels:
                 continue
-            per_worker = -(-max(levels) // args.workers) + 64
+            per_worker = max(levels) + 64  # affinity keys hash unevenly: any worker may hold all
             ramp = args.alfworld_ramp_rate if env_id == "ALFWorld-v0" else args.ramp_rate
             for transport in args.transports:  # a fresh server each: RSS from its idle start
                 server = ours(env_id, args.workers, per_worker)
@@ -495,7 +524,9 @@ def run(args: Any) -> dict[str, Any]:
                 )
             finally:
                 server.close()
+    memory = [] if args.no_session_memory else _session_memory()
     return {
+        "session_memory": memory,
         "started": started,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
@@ -513,6 +544,32 @@ def run(args: Any) -> dict[str, Any]:
         "skipped": skipped,
         "results": [asdict(r) for r in results],
     }
+
+
+def _session_memory() -> list[dict[str, Any]]:
+    """Every environment's memory per live session (``session_memory``: 8 tasks x 8 sessions)."""
+    from agentenvs.benchmarks.speed import session_memory
+
+    return [asdict(row) for row in session_memory.run(list(session_memory.ENV_IDS))]
+
+
+def format_memory(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Memory per live session of every environment, in the same run "
+        "(`benchmarks/speed/session_memory.py`: 8 `test` tasks x 8 sessions, each reset and "
+        "stepped 3 times, all 64 live, in a fresh process per environment; MB = 10^6 bytes):",
+        "",
+        "| environment | RSS MB / session | tracemalloc MB / session |",
+        "|---|---|---|",
+    ]
+    for r in rows:
+        traced = r["tracemalloc_per_session"]
+        traced_text = "" if traced is None else f"{traced / 1e6:.3f}"
+        lines.append(f"| {r['env_id']} | {r['rss_per_session'] / 1e6:.3f} | {traced_text} |")
+    return lines
 
 
 def largest_passing(results: list[dict[str, Any]], series: str) -> int:
@@ -537,18 +594,20 @@ def format_doc(report: dict[str, Any]) -> str:
         "agentenvs.benchmarks.speed.serve_scale --write-doc docs/serving.md`.",
         "",
         "| series | sessions | success | p50 ms | p99 ms | requests/s | RSS KiB/session | wall s |"
-        " errors |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " CPU ms/request: workers, proxy, client | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
         errors = "; ".join(f"{k} x{v}" for k, v in r["errors"].items()) or ""
         if r.get("ws_left_open") is not None:
             errors = (errors + "; " if errors else "") + f"ws open after: {r['ws_left_open']}"
         rss = "" if r["rss_per_session_kib"] is None else f"{r['rss_per_session_kib']:g}"
+        c = r.get("cpu_ms_per_request") or {}
+        cpu = ", ".join(f"{c[k]:g}" for k in ("workers", "proxy", "client") if k in c)
         lines.append(
             f"| {r['series']} | {r['sessions']} | {r['success'] * 100:.2f}% | {r['p50_ms']:g} |"
             f" {r['p99_ms']:g} | {r['requests_per_s']:g} | {rss} | {r['wall_s']:g} |"
-            f" {errors.replace('|', '/')} |"
+            f" {cpu} | {errors.replace('|', '/')} |"
         )
     series = sorted({r["series"] for r in report["results"]})
     lines.append("")
@@ -557,6 +616,7 @@ def format_doc(report: dict[str, Any]) -> str:
         + ", ".join(f"{name} {largest_passing(report['results'], name)}" for name in series)
         + "."
     )
+    lines += format_memory(report.get("session_memory", []))
     if report["skipped"]:
         lines.append(
             f"Not run (over the {ALFWORLD_MEMORY_BUDGET / 2**30:g} GiB memory budget at "
@@ -598,6 +658,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a Python with the openenv package (a scratch venv outside the repository); "
         "empty: skip OpenEnv's server",
     )
+    p.add_argument("--no-session-memory", action="store_true", help="skip session_memory")
     p.add_argument("--json", type=Path, default=None, help="write the report here")
     p.add_argument(
         "--from-json", type=Path, default=None, help="no run: format a report written by --json"
