@@ -23,8 +23,9 @@ HAProxy in front of W workers):
 * ``batch``: sessions in groups of ``--batch`` (one affinity key each, so a group lives on one
   worker): one ``reset_batch`` and then one ``step_batch`` per turn per group;
 * ``ws``: OpenEnv's ``/ws``, one WebSocket per session (the ``websockets`` client OpenEnv's
-  ``EnvClient`` uses, its messages); 1 in 100 sessions drops its connection without a close
-  frame at the end, and the server's open WebSocket sessions 5 s after the level are recorded.
+  ``EnvClient`` uses, its messages); 1 in ``--drop-every`` (100) sessions drops its connection
+  without a close frame at the end, and the server's open WebSocket sessions 5 s after the
+  level are recorded.
 
 In the same run, ``openenv`` (OpenEnv's own server, installed in a scratch venv outside the
 repository, ``--openenv-python``) serves a trivial environment of its own (one instance per
@@ -61,7 +62,6 @@ ALFWORLD_MEMORY_BUDGET = 12 * 2**30
 this machine's 23 GiB)."""
 ALFWORLD_SESSION_BYTES = 4_400_000
 V1 = "/agentenvs/v1"
-DOC_START, DOC_END = "<!-- serve-scale:start -->", "<!-- serve-scale:end -->"
 
 OPENENV_SERVER = """
 import sys, uvicorn
@@ -269,7 +269,7 @@ async def ws_session(
             turn += 1
             if hold(turn):
                 break
-        if i % 100 == 99:
+        if i % args.drop_every == args.drop_every - 1:
             ws.transport.abort()  # a client that vanishes mid-episode
         else:
             await ws.close()
@@ -553,87 +553,6 @@ def _session_memory() -> list[dict[str, Any]]:
     return [asdict(row) for row in session_memory.run(list(session_memory.ENV_IDS))]
 
 
-def format_memory(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    lines = [
-        "",
-        "Memory per live session of every environment, in the same run "
-        "(`benchmarks/speed/session_memory.py`: 8 `test` tasks x 8 sessions, each reset and "
-        "stepped 3 times, all 64 live, in a fresh process per environment; MB = 10^6 bytes):",
-        "",
-        "| environment | RSS MB / session | tracemalloc MB / session |",
-        "|---|---|---|",
-    ]
-    for r in rows:
-        traced = r["tracemalloc_per_session"]
-        traced_text = "" if traced is None else f"{traced / 1e6:.3f}"
-        lines.append(f"| {r['env_id']} | {r['rss_per_session'] / 1e6:.3f} | {traced_text} |")
-    return lines
-
-
-def largest_passing(results: list[dict[str, Any]], series: str) -> int:
-    """The largest level of ``series`` at >= 95% success (0 if none)."""
-    passing = [
-        r["sessions"] for r in results if r["series"] == series and r["success"] >= SUCCESS_FLOOR
-    ]
-    return max(passing, default=0)
-
-
-def format_doc(report: dict[str, Any]) -> str:
-    m, s = report["machine"], report["settings"]
-    lines = [
-        f"Measured {report['started']} to {report['finished']} on {m['cpu']} ({m['cpus']} cores,"
-        f" shared; load average {m['load_average_start'][0]} at the start and "
-        f"{m['load_average_end'][0]} at the end), open-file limit {m['open_file_limit']}; "
-        f"think time {s['think']:g} s, {s['steps']} steps after the ramp, ramp "
-        f"{s['ramp_rate']:g} sessions/s (ALFWorld {s['alfworld_ramp_rate']:g}/s), "
-        f"`--workers {s['workers']}` behind HAProxy, {s['http_connections']} HTTP connections, "
-        f"batches of {s['batch']}, request timeout {s['timeout']:g} s. Clients and servers "
-        "share the machine's cores. Regenerate with `nice -n 10 python -m "
-        "agentenvs.benchmarks.speed.serve_scale --write-doc docs/serving.md`.",
-        "",
-        "| series | sessions | success | p50 ms | p99 ms | requests/s | RSS KiB/session | wall s |"
-        " CPU ms/request: workers, proxy, client | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in report["results"]:
-        errors = "; ".join(f"{k} x{v}" for k, v in r["errors"].items()) or ""
-        if r.get("ws_left_open") is not None:
-            errors = (errors + "; " if errors else "") + f"ws open after: {r['ws_left_open']}"
-        rss = "" if r["rss_per_session_kib"] is None else f"{r['rss_per_session_kib']:g}"
-        c = r.get("cpu_ms_per_request") or {}
-        cpu = ", ".join(f"{c[k]:g}" for k in ("workers", "proxy", "client") if k in c)
-        lines.append(
-            f"| {r['series']} | {r['sessions']} | {r['success'] * 100:.2f}% | {r['p50_ms']:g} |"
-            f" {r['p99_ms']:g} | {r['requests_per_s']:g} | {rss} | {r['wall_s']:g} |"
-            f" {cpu} | {errors.replace('|', '/')} |"
-        )
-    series = sorted({r["series"] for r in report["results"]})
-    lines.append("")
-    lines.append(
-        "Largest level at >= 95% success: "
-        + ", ".join(f"{name} {largest_passing(report['results'], name)}" for name in series)
-        + "."
-    )
-    lines += format_memory(report.get("session_memory", []))
-    if report["skipped"]:
-        lines.append(
-            f"Not run (over the {ALFWORLD_MEMORY_BUDGET / 2**30:g} GiB memory budget at "
-            f"{ALFWORLD_SESSION_BYTES / 1e6:g} MB a session): {', '.join(report['skipped'])}."
-        )
-    return "\n".join(lines)
-
-
-def write_doc(path: Path, text: str) -> None:
-    doc = path.read_text()
-    if DOC_START not in doc:
-        raise ValueError(f"{path} has no {DOC_START} ... {DOC_END} section")
-    head, rest = doc.split(DOC_START, 1)
-    tail = rest.split(DOC_END, 1)[1]
-    path.write_text(f"{head}{DOC_START}\n{text}\n{DOC_END}{tail}")
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="serve_scale",
@@ -650,6 +569,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--alfworld-ramp-rate", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=64, help="sessions per batch group")
+    p.add_argument(
+        "--drop-every",
+        type=int,
+        default=100,
+        help="1 in this many /ws sessions drops its connection",
+    )
     p.add_argument("--http-connections", type=int, default=256)
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a request may take")
     p.add_argument(
@@ -668,6 +593,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agentenvs.benchmarks.speed.serve_scale_report import format_doc, write_doc
+
     args = _parser().parse_args(argv)
     if args.from_json:
         text = format_doc(json.loads(args.from_json.read_text()))

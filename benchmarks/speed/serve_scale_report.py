@@ -1,0 +1,97 @@
+"""The Markdown of a ``serve_scale`` report, and its place in docs/serving.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentenvs.benchmarks.speed.serve_scale import (
+    ALFWORLD_MEMORY_BUDGET,
+    ALFWORLD_SESSION_BYTES,
+    SUCCESS_FLOOR,
+)
+
+__all__ = ["DOC_END", "DOC_START", "format_doc", "largest_passing", "write_doc"]
+
+DOC_START, DOC_END = "<!-- serve-scale:start -->", "<!-- serve-scale:end -->"
+
+
+def format_memory(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Memory per live session of every environment, in the same run "
+        "(`benchmarks/speed/session_memory.py`: 8 `test` tasks x 8 sessions, each reset and "
+        "stepped 3 times, all 64 live, in a fresh process per environment; MB = 10^6 bytes):",
+        "",
+        "| environment | RSS MB / session | tracemalloc MB / session |",
+        "|---|---|---|",
+    ]
+    for r in rows:
+        traced = r["tracemalloc_per_session"]
+        traced_text = "" if traced is None else f"{traced / 1e6:.3f}"
+        lines.append(f"| {r['env_id']} | {r['rss_per_session'] / 1e6:.3f} | {traced_text} |")
+    return lines
+
+
+def largest_passing(results: list[dict[str, Any]], series: str) -> int:
+    """The largest level of ``series`` at >= 95% success (0 if none)."""
+    passing = [
+        r["sessions"] for r in results if r["series"] == series and r["success"] >= SUCCESS_FLOOR
+    ]
+    return max(passing, default=0)
+
+
+def format_doc(report: dict[str, Any]) -> str:
+    m, s = report["machine"], report["settings"]
+    lines = [
+        f"Measured {report['started']} to {report['finished']} on {m['cpu']} ({m['cpus']} cores,"
+        f" shared; load average {m['load_average_start'][0]} at the start and "
+        f"{m['load_average_end'][0]} at the end), open-file limit {m['open_file_limit']}; "
+        f"think time {s['think']:g} s, {s['steps']} steps after the ramp, ramp "
+        f"{s['ramp_rate']:g} sessions/s (ALFWorld {s['alfworld_ramp_rate']:g}/s), "
+        f"`--workers {s['workers']}` behind HAProxy, {s['http_connections']} HTTP connections, "
+        f"batches of {s['batch']}, request timeout {s['timeout']:g} s. Clients and servers "
+        "share the machine's cores. Regenerate with `nice -n 10 python -m "
+        "agentenvs.benchmarks.speed.serve_scale --write-doc docs/serving.md`.",
+        "",
+        "| series | sessions | success | p50 ms | p99 ms | requests/s | RSS KiB/session | wall s |"
+        " CPU ms/request: workers, proxy, client | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        errors = "; ".join(f"{k} x{v}" for k, v in r["errors"].items()) or ""
+        if r.get("ws_left_open") is not None:
+            errors = (errors + "; " if errors else "") + f"ws open after: {r['ws_left_open']}"
+        rss = "" if r["rss_per_session_kib"] is None else f"{r['rss_per_session_kib']:g}"
+        c = r.get("cpu_ms_per_request") or {}
+        cpu = ", ".join(f"{c[k]:g}" for k in ("workers", "proxy", "client") if k in c)
+        lines.append(
+            f"| {r['series']} | {r['sessions']} | {r['success'] * 100:.2f}% | {r['p50_ms']:g} |"
+            f" {r['p99_ms']:g} | {r['requests_per_s']:g} | {rss} | {r['wall_s']:g} |"
+            f" {cpu} | {errors.replace('|', '/')} |"
+        )
+    series = sorted({r["series"] for r in report["results"]})
+    lines.append("")
+    lines.append(
+        "Largest level at >= 95% success: "
+        + ", ".join(f"{name} {largest_passing(report['results'], name)}" for name in series)
+        + "."
+    )
+    lines += format_memory(report.get("session_memory", []))
+    if report["skipped"]:
+        lines.append(
+            f"Not run (over the {ALFWORLD_MEMORY_BUDGET / 2**30:g} GiB memory budget at "
+            f"{ALFWORLD_SESSION_BYTES / 1e6:g} MB a session): {', '.join(report['skipped'])}."
+        )
+    return "\n".join(lines)
+
+
+def write_doc(path: Path, text: str) -> None:
+    doc = path.read_text()
+    if DOC_START not in doc:
+        raise ValueError(f"{path} has no {DOC_START} ... {DOC_END} section")
+    head, rest = doc.split(DOC_START, 1)
+    tail = rest.split(DOC_END, 1)[1]
+    path.write_text(f"{head}{DOC_START}\n{text}\n{DOC_END}{tail}")
