@@ -10,7 +10,9 @@ One interface, :class:`Policy`, covers both kinds of agents:
 Every completion carries the reply text and, where the backend gives them, the generated token
 ids and their log-probabilities (:class:`Completion`).
 
-Agents are named by a spec string, built by :func:`agentenvs.agents.registry.make_policy`.
+Agents are named by a spec string, built by :func:`agentenvs.agents.registry.make_policy` from
+its table of agent kinds; a new backend is a :class:`Policy` subclass added there with
+:func:`agentenvs.agents.registry.register_policy` (docs/extending.md).
 """
 
 from __future__ import annotations
