@@ -1,5 +1,5 @@
 """The KL to the initial policy (``actor/kl_to_initial``): exact per token against a full
-forward pass, zero against the same weights, over every row of the iteration."""
+forward pass, zero against the same weights, on a seeded sample of the iteration's rows."""
 
 from __future__ import annotations
 
@@ -12,13 +12,9 @@ import torch
 from agentenvs.train.distributed import DistContext
 from agentenvs.train.losses import PolicyLossConfig
 from agentenvs.train.rl.batch import StepRow, collate
+from agentenvs.train.rl.reference_kl import kl_sample, reference_kl
 from agentenvs.train.rl.trainer import RLTrainer
-from agentenvs.train.rl.update import (
-    UpdateSettings,
-    recompute_old_log_probs,
-    reply_statistics,
-    token_log_probs,
-)
+from agentenvs.train.rl.update import UpdateSettings, reply_statistics, token_log_probs
 
 transformers = pytest.importorskip("transformers")
 CPU = torch.device("cpu")
@@ -111,33 +107,49 @@ def test_reply_statistics_are_token_log_probs_and_the_exact_kl(models):
     assert float(same.abs().max()) < 1e-5
 
 
-def test_recompute_old_log_probs_reports_the_token_mean_kl(models):
+def test_reference_kl_is_the_token_mean_over_the_rows(models):
     policy, initial = models
     rows = make_rows(6, set())
-    metrics = recompute_old_log_probs(
-        policy, rows, micro_batch_size=4, pad_id=0, device=CPU, precision="fp32", reference=initial
+    metrics = reference_kl(
+        policy, initial, rows, micro_batch_size=4, pad_id=0, device=CPU, precision="fp32"
     )
     batch = collate(rows, 0, CPU)
-    _, _, kl = reply_statistics(policy, batch, initial)
+    _, ent, kl = reply_statistics(policy, batch, initial)
     mask = batch["response_mask"]
     assert metrics["actor/kl_to_initial"] == pytest.approx(float((kl * mask).sum() / mask.sum()))
+    assert metrics["actor/entropy_sampled"] == pytest.approx(float((ent * mask).sum() / mask.sum()))
     assert metrics["actor/kl_to_initial"] > 0
-    without = recompute_old_log_probs(
-        policy, rows, micro_batch_size=4, pad_id=0, device=CPU, precision="fp32"
+    assert all(r.old_log_probs is None for r in rows)  # the rows are left as they were
+    same = reference_kl(
+        policy, policy, rows, micro_batch_size=4, pad_id=0, device=CPU, precision="fp32"
     )
-    assert "actor/kl_to_initial" not in without
-    assert without["actor/entropy"] == pytest.approx(metrics["actor/entropy"])
+    assert abs(same["actor/kl_to_initial"]) < 1e-6
 
 
-def test_the_kl_covers_every_row_of_the_iteration(models):
+def test_the_sample_is_seeded_uniform_and_bounded():
+    rows = make_rows(10, set())
+    picked = kl_sample(rows, 4, seed=7)
+    assert len(picked) == 4 and picked == kl_sample(rows, 4, seed=7)
+    assert [rows.index(r) for r in picked] == sorted(rows.index(r) for r in picked)
+    assert picked != kl_sample(rows, 4, seed=8)
+    assert kl_sample(rows, 64, seed=7) == rows  # no more rows than the sample: all of them
+    state = torch.random.get_rng_state()
+    kl_sample(rows, 4, seed=9)
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_the_trainer_measures_every_row_kind_but_trains_only_those_with_signal(models):
     policy, initial = models
     trainer = RLTrainer.__new__(RLTrainer)
-    trainer.config = SimpleNamespace(micro_batch_size=4, precision="fp32")
+    trainer.config = SimpleNamespace(
+        micro_batch_size=4, precision="fp32", seed=0, reference_kl_rows=64
+    )
     trainer.update_settings = settings()
     trainer.model, trainer.pad_id, trainer.device, trainer.dist = policy, 0, CPU, DistContext()
     trainer.reference = initial
-    rows = make_rows(5, {0, 3})
-    metrics = trainer.old_log_prob_step(rows)
-    assert metrics["batch/zero_advantage_rows"] == 2.0
-    assert all(r.old_log_probs is not None for r in rows)  # the zero rows ran too
+    rows = make_rows(5, {0, 1, 2, 3, 4})  # no row has a signal
+    assert trainer.old_log_prob_step(rows) == {"batch/zero_advantage_rows": 5.0}
+    metrics = trainer.reference_kl_step(rows, iteration=0)
     assert metrics["actor/kl_to_initial"] > 0
+    trainer.reference = None
+    assert trainer.reference_kl_step(rows, iteration=0) == {}

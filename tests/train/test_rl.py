@@ -71,6 +71,7 @@ def test_two_iterations(rl_fixture, tmp_path, algo):
             "actor/grad_norm",
             "actor/entropy",
             "actor/kl_to_initial",
+            "actor/entropy_sampled",
             "perf/train_tokens_per_s",
             "time_share/rollout",
             "time_share/update",

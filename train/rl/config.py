@@ -75,6 +75,7 @@ RL_RANGES = {
     "max_seq_len": ">= 2",
     "save_every": ">= 1",
     "keep_checkpoints": ">= 1",
+    "reference_kl_rows": ">= 0",
 }
 
 
@@ -350,11 +351,12 @@ class RLConfig:
     """Rows longer than this (prompt + reply tokens) are left out of the update (counted)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory for long rows)."""
-    reference_kl: bool = True
-    """Log ``actor/kl_to_initial`` each iteration: the exact per-token KL from the policy that
-    played the iteration to the initial weights (``model``), which a frozen copy on the trainer's
-    device holds. It costs that copy's memory and a forward pass of both models over every row
-    of the iteration (rows without signal included); false: neither."""
+    reference_kl_rows: int = 64
+    """Rows per iteration (per rank) on which ``actor/kl_to_initial`` is measured, the KL from the
+    policy that played to the initial weights (``model``; :mod:`agentenvs.train.rl.reference_kl`):
+    a seeded uniform sample. 64 is a tenth of the learning benchmark's Sokoban batch (8 rooms x
+    8 episodes x 10 turns), a few hundred reply tokens, for a tenth of the cost of every row. It
+    keeps a frozen copy of the initial model on the trainer's device; 0: no copy, no metric."""
     data: DataSettings = field(default_factory=DataSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)

@@ -92,8 +92,8 @@ def load_model(source: str, config: RLConfig, dist: DistContext) -> tuple[Any, A
 
 def load_reference(config: RLConfig, dist: DistContext) -> Any | None:
     """The frozen initial policy for ``actor/kl_to_initial`` (``config.model``'s weights, also
-    when resuming), or None when ``reference_kl`` is off or the run names no initial model."""
-    if not config.reference_kl or not config.model:
+    when resuming), or None when ``reference_kl_rows`` is 0 or the run names no initial model."""
+    if not config.reference_kl_rows or not config.model:
         return None
     from transformers import AutoModelForCausalLM
 

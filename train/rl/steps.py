@@ -1,8 +1,9 @@
 """One RL iteration as separable steps (a part of :class:`agentenvs.train.rl.trainer.RLTrainer`).
 
 After the rollout step (:class:`agentenvs.train.rl.rollout_step.RolloutStep`):
-:meth:`IterationSteps.advantage_step`, :meth:`~IterationSteps.old_log_prob_step` (with the
-frozen initial policy: the KL to it too), :meth:`~IterationSteps.update_step` and
+:meth:`IterationSteps.advantage_step`, :meth:`~IterationSteps.old_log_prob_step`,
+:meth:`~IterationSteps.reference_kl_step` (the KL to the initial policy),
+:meth:`~IterationSteps.update_step` and
 :meth:`~IterationSteps.sync_weights`, each on plain data (rows), so a distributed or
 vLLM-backed trainer can run them in other places; :meth:`~IterationSteps.iteration` runs the
 rollout and these in order, times them and reduces the metrics over the ranks.
@@ -23,6 +24,7 @@ from agentenvs.train.distributed import DistContext, gathered, reduce_metrics
 from agentenvs.train.rl.batch import StepRow, compute_advantages
 from agentenvs.train.rl.config import RLConfig
 from agentenvs.train.rl.engine import WeightSync
+from agentenvs.train.rl.reference_kl import kl_sample, reference_kl
 from agentenvs.train.rl.update import (
     UpdateSettings,
     apply_correction,
@@ -45,7 +47,7 @@ class IterationSteps:
     dist: DistContext
     model: Any
     reference: Any | None = None
-    """The frozen initial policy (``reference_kl``), or None."""
+    """The frozen initial policy (``reference_kl_rows`` > 0), or None."""
     pad_id: int
     device: Any
     optimizer: Any
@@ -65,17 +67,13 @@ class IterationSteps:
         )
 
     def old_log_prob_step(self, rows: list[StepRow]) -> dict[str, float]:
-        """The trainer's log-probs of the replies before the update, the TIS/MIS weights and,
-        with the frozen initial policy (``reference_kl``), ``actor/kl_to_initial``. Rows that
-        cannot change a weight (:func:`~agentenvs.train.rl.update.zero_advantage_rows`) are
-        left out unless a correction needs their old log-probs (its keep mask is in the loss
-        denominators) or the KL to the initial policy is measured (over every row of the
-        iteration, so that arms compare on the policy that played); the entropy and engine-gap
-        metrics are over the rows that ran."""
+        """The trainer's log-probs of the replies before the update, and the TIS/MIS weights.
+        Rows that cannot change a weight (:func:`~agentenvs.train.rl.update.zero_advantage_rows`)
+        are left out unless a correction needs their old log-probs (its keep mask is in the loss
+        denominators); the entropy and engine-gap metrics are over the rows that ran."""
         zero = zero_advantage_rows(rows, self.update_settings)
-        reference = self.reference
         needed = rows
-        if self.update_settings.correction is None and reference is None:
+        if self.update_settings.correction is None:
             needed = [r for r, z in zip(rows, zero, strict=True) if not z]
         metrics: dict[str, float] = {"batch/zero_advantage_rows": float(sum(zero))}
         if not self.dist.sum([len(needed)])[0]:  # no rank has a row that can move a weight
@@ -88,11 +86,28 @@ class IterationSteps:
             device=self.device,
             precision=self.config.precision,
             ctx=self.dist,
-            reference=reference,
         )
         if rows:
             metrics.update(apply_correction(rows, self.update_settings.correction))
         return metrics
+
+    def reference_kl_step(self, rows: list[StepRow], iteration: int) -> dict[str, float]:
+        """``actor/kl_to_initial`` and ``actor/entropy_sampled`` of the policy before the update
+        on a seeded sample of ``rows`` (:mod:`agentenvs.train.rl.reference_kl`); nothing without
+        the frozen initial policy."""
+        if self.reference is None:
+            return {}
+        seed = (self.config.seed * 1_000_003 + iteration) * 64 + self.dist.rank
+        return reference_kl(
+            self.model,
+            self.reference,
+            kl_sample(rows, self.config.reference_kl_rows, seed),
+            micro_batch_size=self.config.micro_batch_size,
+            pad_id=self.pad_id,
+            device=self.device,
+            precision=self.config.precision,
+            ctx=self.dist,
+        )
 
     def update_step(self, rows: list[StepRow], iteration: int) -> dict[str, float]:
         """PPO epochs of clipped updates over ``rows``."""
@@ -142,6 +157,8 @@ class IterationSteps:
         if self.dist.sum([len(rows)])[0] > 0:  # any rank's rows: all ranks run the update
             metrics.update(self.old_log_prob_step(rows))
             times["old_log_prob"], clock = time.perf_counter() - clock, time.perf_counter()
+            metrics.update(self.reference_kl_step(rows, it))
+            times["reference_kl"], clock = time.perf_counter() - clock, time.perf_counter()
             metrics.update(self.update_step(rows, it))
             times["update"], clock = time.perf_counter() - clock, time.perf_counter()
             metrics.update(self.sync_weights(it))

@@ -13,8 +13,9 @@ iteration) and :mod:`~agentenvs.train.rl.run_files` (checkpoints, logs, failure 
 
 Diagnostics: every iteration logs, beside the rollout, advantage and loss metrics,
 ``actor/kl_to_initial`` (the exact per-token KL from the policy that played the iteration to the
-initial weights, a frozen copy of ``model``; ``reference_kl=false`` turns it off),
-``actor/entropy`` and ``actor/clipfrac`` (the share of reply tokens whose ratio was clipped).
+initial weights, a frozen copy of ``model``, on a sample of the iteration's rows:
+:mod:`~agentenvs.train.rl.reference_kl`), ``actor/entropy`` and ``actor/clipfrac`` (the share of
+reply tokens whose ratio was clipped).
 
 Robustness: a checkpoint every ``save_every`` iterations and at the end (model, optimizer,
 scheduler, RNG states, iteration, data position); ``resume`` continues exactly (the data order,
@@ -111,7 +112,7 @@ class RLTrainer(RolloutStep, IterationSteps, RunFiles):
         source = str(checkpoint / "model") if checkpoint else cfg.model
         self.tokenizer, self.model, self.pad_id = load_model(source, cfg, self.dist)
         self.reference = load_reference(cfg, self.dist)
-        if cfg.reference_kl and self.reference is None:
+        if cfg.reference_kl_rows and self.reference is None:
             self._warn("no initial model (model= is unset): actor/kl_to_initial is not logged")
         self._load_optimizer(checkpoint)
         self.last_checkpoint = checkpoint

@@ -6,26 +6,25 @@ policy entropy at the reply positions. Logits are computed only where a log-prob
 (``logits_to_keep`` with a boolean position mask, where the model takes it), so a long prompt
 costs its transformer pass but not a ``length x vocab`` logit matrix.
 
-:func:`recompute_old_log_probs` is the "old policy" pass before the update (no gradient; the rollout
-engine's own log-probs stay on the rows for TIS/MIS); with a frozen reference model (the initial
-policy) it also measures the exact per-token KL to it (:func:`reply_statistics`). :func:`ppo_update`
-runs ``ppo_epochs`` epochs; each epoch shuffles the rows with a generator seeded by (seed,
-iteration, epoch) and splits them into ``mini_batches`` optimizer steps; each step accumulates
-gradients over micro-batches whose losses are divided by the whole mini-batch's token (or row)
-count, so the sum is exactly the mini-batch's token-mean loss whatever the micro-batch size.
+:func:`recompute_old_log_probs` is the "old policy" pass before the update (no gradient; the
+rollout engine's own log-probs stay on the rows for TIS/MIS). :func:`ppo_update` runs
+``ppo_epochs`` epochs; each epoch shuffles the rows with a generator seeded by (seed, iteration,
+epoch) and splits them into ``mini_batches`` optimizer steps; each step accumulates gradients over
+micro-batches whose losses are divided by the whole mini-batch's token (or row) count, so the
+sum is exactly the mini-batch's token-mean loss whatever the micro-batch size.
 
-No wasted passes (:func:`zero_advantage_rows`): the surrogate is ``-A * ratio`` (clipped), with no
-KL or entropy term, so a row whose every reply token has advantage 0 and whose prefix tokens (if it
-trains any) have prefix advantage 0 has loss 0 and gradient 0, whatever the weights. Such rows skip
-the old-log-prob pass (unless a TIS/MIS correction needs their old log-probs for its keep mask, or
-the trainer measures the KL to the initial policy over every row) and every forward and backward
-pass of the update, but stay in the mini-batch shuffle and in every denominator, so each step's
-loss, gradient and metrics of the other rows are those of the full batch (only the entropy, KL and
-clip statistics are over the rows that ran). A mini-batch with no such row anywhere skips its
-optimizer step (``actor/skipped_steps``; the lr schedule still advances, so the schedule and a
-resume stay tied to the iteration): with SGD this is the same run as stepping on a zero gradient;
-with AdamW it differs (no momentum or weight-decay drift on a step with no signal).
-``UpdateSettings.skip_zero_advantage=False`` restores the full passes.
+No wasted passes (:func:`zero_advantage_rows`): the surrogate is ``-A * ratio`` (clipped), with
+no KL or entropy term, so a row whose every reply token has advantage 0 and whose prefix tokens
+(if it trains any) have prefix advantage 0 has loss 0 and gradient 0, whatever the weights. Such
+rows skip the old-log-prob pass (unless a TIS/MIS correction needs their old log-probs for its
+keep mask) and every forward and backward pass of the update, but stay in the mini-batch
+shuffle and in every denominator, so each step's loss, gradient and metrics of the other rows
+are those of the full batch (only the entropy, KL and clip statistics are over the rows that
+ran). A mini-batch with no such row anywhere skips its optimizer step (``actor/skipped_steps``;
+the lr schedule still advances, so the schedule and a resume stay tied to the iteration): with
+SGD this is the same run as stepping on a zero gradient; with AdamW it differs (no momentum or
+weight-decay drift on a step with no signal). ``UpdateSettings.skip_zero_advantage=False``
+restores the full passes.
 
 Distributed (``ctx``: a :class:`~agentenvs.train.distributed.DistContext` of several ranks, the
 model FSDP-sharded): each rank holds its own rows (whole groups), the denominators are the counts
@@ -234,15 +233,12 @@ def recompute_old_log_probs(
     device: torch.device,
     precision: str,
     ctx: DistContext | None = None,
-    reference: Any | None = None,
 ) -> dict[str, float]:
     """Set ``row.old_log_probs`` with the current model; returns entropy and engine-gap metrics
-    and, with a ``reference`` model (the frozen initial policy), ``actor/kl_to_initial``: the
-    exact per-token KL(pi || pi_ref) of :func:`reply_statistics`, mean over the reply tokens
     (over every rank's rows when ``ctx`` is distributed)."""
     ctx = ctx or DistContext()
     model.eval()
-    ent_sum = gap_sum = kl_sum = 0.0
+    ent_sum = gap_sum = 0.0
     tokens = 0
     chunks = _micro_batches(list(range(len(rows))), rows, micro_batch_size)
     extra = micro_batch_rounds(ctx, len(chunks)) - len(chunks)  # before any FSDP collective
@@ -252,28 +248,19 @@ def recompute_old_log_probs(
             batch = collate(micro, pad_id, device)
             batch["prefix"] = None  # prefix old log-probs come from the sidecar (SFT model)
             with autocast_context(device, precision):
-                reply, ent, kl = reply_statistics(model, batch, reference)
+                reply, ent, _ = reply_statistics(model, batch)
             mask = batch["response_mask"]
             for j, row in enumerate(micro):
                 row.old_log_probs = reply[j, : len(row.response_ids)].float().cpu()
             ent_sum += float((ent * mask).sum())
             gap_sum += float(((reply - batch["rollout_log_probs"]).abs() * mask).sum())
-            if kl is not None:
-                kl_sum += float((kl * mask).sum())
             tokens += int(mask.sum())
-        for _ in range(extra):  # in the order of a micro-batch's passes: policy, then reference
-            for passes in (model, reference) if reference is not None else (model,):
-                pad_passes(
-                    passes, 1, pad_id=pad_id, device=device, precision=precision, backward=False
-                )
-    ent_sum, gap_sum, kl_sum, tokens = ctx.sum([ent_sum, gap_sum, kl_sum, tokens])
-    metrics = {
+        pad_passes(model, extra, pad_id=pad_id, device=device, precision=precision, backward=False)
+    ent_sum, gap_sum, tokens = ctx.sum([ent_sum, gap_sum, tokens])
+    return {
         "actor/entropy": ent_sum / max(tokens, 1),
         "rollout/trainer_logprob_gap": gap_sum / max(tokens, 1),
     }
-    if reference is not None:
-        metrics["actor/kl_to_initial"] = kl_sum / max(tokens, 1)
-    return metrics
 
 
 def apply_correction(
