@@ -37,10 +37,13 @@ __all__ = [
     "PluginSource",
     "PluginWarning",
     "broken_plugins",
+    "generation",
+    "lazy_exports",
     "load_part",
     "plugin",
     "plugins",
     "refresh_plugins",
+    "source",
 ]
 
 ENTRY_POINT_GROUP = "agentenvs.envs"

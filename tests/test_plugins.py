@@ -399,3 +399,26 @@ def test_a_plugins_missing_dependency_names_its_extra(tmp_path: Path) -> None:
     with on_path(site):
         with pytest.raises(MissingDependencyError, match=r"pip install 'needsdep\[fast\]'"):
             make("NeedsDep-v0")
+
+
+def test_parts_that_do_not_load_fail_alone(guess_site: Path, tmp_path: Path) -> None:
+    """guess-env with prompts and protocols that do not import: the environment still makes,
+    its prompt and protocol are one error naming the distribution, every other table works."""
+    from agentenvs.agents.prompts import PROMPTS, env_prompt
+    from agentenvs.agents.protocols import PROTOCOLS, env_protocol
+    from agentenvs.plugins import PluginError, PluginWarning
+    from agentenvs.registration import make
+
+    site = tmp_path / "site"
+    shutil.copytree(guess_site, site)
+    plugin = site / "guess_env" / "plugin.py"
+    text = plugin.read_text().replace("guess_env.prompts:PROMPTS", "guess_env.nowhere:PROMPTS")
+    plugin.write_text(text.replace("guess_env.prompts:PROTOCOLS", "guess_env.prompts:NOTHING"))
+    with pytest.warns(PluginWarning), on_path(site):
+        assert make("Guess-v0").env_id == "Guess-v0"
+        assert set(PROMPTS) == OURS and {"prefix-grpo", "ptgpo"} <= set(PROTOCOLS)
+        with pytest.raises(PluginError, match=r"guess-env 0.1.0.*prompts.*guess_env.nowhere"):
+            env_prompt("Guess-v0")
+        with pytest.raises(PluginError, match=r"guess-env 0.1.0.*protocols.*NOTHING"):
+            env_protocol(None, "Guess-v0")
+        assert env_prompt("TextCraft-v0").name == "textcraft-paper"
