@@ -8,10 +8,12 @@ pick.
 
 **Sokoban's oracle credit** (:func:`sokoban_step_credit`), with ``L(s)`` the length of a
 shortest solution from position ``s`` (:func:`agentenvs.sokoban.expert.shortest_solution`) and
-``s'`` the position after the action (an unknown action moves nothing):
+``s'`` the position after the action (an unknown action moves nothing): minus the turns the
+action added to the shortest possible episode, ``-(1 + L(s') - L(s))``:
 
-* ``L(s) - L(s')`` while ``s'`` is solvable: +1 for a move of a shortest plan, 0 for a bump
-  into a wall, -1 for a step away, less for a push that lengthens the solution by more;
+* ``L(s) - L(s') - 1`` while ``s'`` is solvable: 0 for a move of a shortest plan, -1 for a move
+  that changes nothing (a bump into a wall), -2 for a step away, less for a push that lengthens
+  the solution by more;
 * :data:`FATAL_CREDIT` (-3) for the action that makes a solvable room unsolvable;
 * 0 once the room is unsolvable (no action can change the outcome) and on reset.
 """
@@ -35,9 +37,9 @@ __all__ = [
 ]
 
 FATAL_CREDIT = -3.0
-"""Credit of the push that makes a solvable room unsolvable: three times a step away from the
-goal (-1), so that within the 10-15 turn limits it outweighs any detour but one that pushes the
-box three squares the wrong way, which a fatal push also is in effect."""
+"""Credit of the action that makes a solvable task unsolvable: below a step away (-2) and a
+wasted turn (-1), equal to a push that costs two extra moves; the episode's outcome term adds
+the rest of the blame (its return is lost)."""
 
 ORACLE_SOKOBAN_ID = "Sokoban-oracle-v0"
 
@@ -60,7 +62,7 @@ def sokoban_step_credit(before: Board, action: str | None) -> float:
     then = _shortest_length(after)
     if then is None:
         return FATAL_CREDIT
-    return float(length - then)
+    return float(length - then - 1)
 
 
 class SokobanOracleEnv(SokobanEnv):

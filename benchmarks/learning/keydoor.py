@@ -17,8 +17,10 @@ outcome many turns later, and the reward is sparse and terminal.
   are chosen on them) always do. Every colour is a door and a distractor in training, so only
   reading the sign carries over.
 
-Every step's info has ``step_credit`` (the oracle arm's): ``L(s) - L(s')`` with ``L`` the length
-of a shortest winning action sequence (:func:`shortest_length`); taking a wrong key is
+Every step's info has ``step_credit`` (the oracle arm's): ``L(s) - L(s') - 1`` (minus the turns
+the action added to the shortest possible episode) with ``L`` the length of a shortest winning
+action sequence (:func:`shortest_length`, 0 once won): 0 for a move of a shortest plan, -1 for a
+wasted turn, -2 for a step away; taking a wrong key is
 :data:`agentenvs.benchmarks.learning.envs.FATAL_CREDIT`; 0 once the episode cannot be won.
 
 It is registered in the process that runs the learning benchmark
@@ -171,9 +173,9 @@ def step_credit(lay: Layout, before: State, after: State) -> float:
     if length is None:
         return 0.0
     if after.over:  # the door opened (a wrong key cannot reach here: it was fatal earlier)
-        return float(length)
+        return float(length - 1)
     then = shortest_length(lay, after)
-    return FATAL_CREDIT if then is None else float(length - then)
+    return FATAL_CREDIT if then is None else float(length - then - 1)
 
 
 class KeyDoorEnv(TextEnv):

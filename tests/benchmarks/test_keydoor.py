@@ -69,15 +69,15 @@ def test_step_credit_of_each_kind_of_action():
     env.reset(options={"task_id": "layout/3"})
     lay = env.layout
     wrong = next(k for k in lay.keys if k != lay.door)
-    assert env.step("west")[4]["step_credit"] == 0.0  # no exit west of the hall: nothing moves
-    assert env.step("east")[4]["step_credit"] == -1.0  # away from the keys
-    assert env.step("west")[4]["step_credit"] == 1.0
+    assert env.step("west")[4]["step_credit"] == -1.0  # no exit west of the hall: a lost turn
+    assert env.step("east")[4]["step_credit"] == -2.0  # away from the keys
+    assert env.step("west")[4]["step_credit"] == 0.0  # back: a move of a shortest plan
     info = env.step(f"take {wrong}")[4]
     assert info["step_credit"] == FATAL_CREDIT and info["valid"] is True
     assert env.step("east")[4]["step_credit"] == 0.0  # lost: nothing can change the outcome
     env.reset(options={"task_id": "layout/3"})
     credits = [env.step(a)[4]["step_credit"] for a in _expert_actions(KeyDoorEnv(), "layout/3")]
-    assert credits == [1.0] * len(credits) and env.won
+    assert credits == [0.0] * len(credits) and env.won
     assert shortest_length(lay, State()) == len(credits)
 
 
@@ -101,7 +101,10 @@ def test_oracle_sokoban_credit():
     plan = shortest_solution(env.board)
     assert plan is not None
     credits = [env.step(move)[4]["step_credit"] for move in plan]
-    assert credits == [1.0] * len(plan) and env.won
+    assert credits == [0.0] * len(plan) and env.won
+    env.reset(options={"task_id": "seed/1"})
+    assert env.step("down")[4]["step_credit"] == -1.0  # the wall below the player: a lost turn
+    assert env.step("up")[4]["step_credit"] == 0.0  # the box onto the target's column
     check_contract(SokobanOracleEnv(), "seed/1", list(plan))
 
 
@@ -113,7 +116,7 @@ def test_registered_plugins_play_through_the_rollout_code():
     tasks = KeyDoorEnv().task_ids("test")[:4]
     trajs = run_rollouts(make_policy("expert"), "KeyDoor-v0", plan_episodes(tasks, 1))
     assert all(t.won for t in trajs)
-    assert all(s.info["step_credit"] == 1.0 for t in trajs for s in t.steps)
+    assert all(s.info["step_credit"] == 0.0 for t in trajs for s in t.steps)
     randoms = run_rollouts(
         make_policy("random:0"), "Sokoban-oracle-v0", plan_episodes(["seed/2"], 2),
         RolloutConfig(max_turns=6),
