@@ -14,12 +14,13 @@ once per process, the same text) and contains the engine's hazards:
 * ``AlfredDemangler(shuffle=True)`` shuffles names with the global ``random``; we never shuffle
   (AgentGym's and alfworld's evaluation setting).
 
-Each engine holds its own copy of fast-downward's shared library (textworld loads a private copy per
-environment because the library keeps global state), so engines never share state. A copy stays
-loaded until the process ends (unloading one crashed later loads), so make an environment once per
-worker and reuse it across tasks. Engine calls of all engines of a process take turns
-(:data:`ENGINE_LOCK`): the translator's options, the fast path's replacements and the derivation
-memo's current path are process-wide.
+The engines of a game share one copy of fast-downward's shared library, each holding only its
+state id in the copy's state registry (:mod:`agentenvs.alfworld.planner`; textworld loads a
+private copy per environment because the library keeps its task and state in globals). A copy
+stays loaded until the process ends (unloading one crashed later loads); a copy whose engines have
+all left their game is reused for the next game. Engine calls of all engines of a process take
+turns (:data:`ENGINE_LOCK`): the translator's options, the fast path's replacements, the shared
+library copies and the derivation memo's current path are process-wide.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import contextlib
 import os
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentenvs.alfworld import fastpath
-from agentenvs.alfworld.shared import GAME_FILES, slim_state
+from agentenvs.alfworld.shared import GAME_FILES, entity_infos, slim_state
 from agentenvs.registration import missing_dependency
 
 __all__ = ["ENGINE_LOCK", "Engine", "clear_process_cache", "import_engine"]
@@ -137,6 +139,8 @@ class Engine:
         infos = self._m.textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         with _engine_call(self._m):
             self._pddl = self._m.PddlEnv(infos)
+        share = entity_infos(self._m.PddlEnv._get_entity_infos)  # one set per game
+        self._pddl._get_entity_infos = types.MethodType(share, self._pddl)
         self._env = self._m.AlfredInfos(self._m.AlfredDemangler(self._pddl, shuffle=False))
         self._game_file: str | None = None
         self._state: Any = None
@@ -215,13 +219,14 @@ class Engine:
             return list(self._pddl._pddl_state.replan(self._pddl._entity_infos))
 
     def close(self) -> None:
-        """Free the planner's task in this engine's library copy (the engine is unusable after).
+        """Leave the game's shared library copy (the engine is unusable after).
 
-        The library copy itself stays mapped: ``dlclose`` of these copies (fast-downward's
-        ``close_lib``) crashed a later ``dlopen`` of another copy in the same process.
+        A copy no engine uses is kept for the next game, never unloaded: ``dlclose`` of these
+        copies (fast-downward's ``close_lib``) crashed a later ``dlopen`` of another copy in the
+        same process.
         """
         lib = getattr(self._pddl, "downward_lib", None)
-        if lib is not None and self._game_file is not None:
-            lib.cleanup()
+        if lib is not None:
+            lib.cleanup()  # a SessionPlanner: unbinds this engine (again: nothing)
         self._game_file = None
         self._state = None

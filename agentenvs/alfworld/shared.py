@@ -12,7 +12,9 @@ previous step:
   replacing it: dropped after each call (:func:`slim_state`);
 * ``PddlState._operators``, which keeps the ctypes array of the applicable operators (1 KB each,
   their fixed-size name buffers) for ``PddlState.apply``, which reads an operator's ``id`` and
-  ``nb_effect_atoms``: replaced by small records of the same fields (:func:`slim_state`).
+  ``nb_effect_atoms``: replaced by small records of these fields (:func:`slim_state`);
+* the game's entity records (``PddlEnv._get_entity_infos``, one per object and receptacle, with
+  alfworld's demangled names): made once per game and shared (:func:`entity_infos`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["GAME_FILES", "GameFiles", "slim_state"]
+__all__ = ["GAME_FILES", "GameFiles", "entity_infos", "slim_state"]
 
 _RECENT_GAMES = 8  # parsed games kept with no session using them (a few hundred KB each)
 
@@ -74,11 +76,40 @@ GAME_FILES = GameFiles()  # one per process
 
 
 class _Operator(NamedTuple):
-    """The fields of fast-downward's ``Operator`` that textworld reads after listing them."""
+    """The fields of fast-downward's ``Operator`` that ``PddlState.apply`` reads."""
 
     id: int
-    name: str
     nb_effect_atoms: int
+
+
+class _EntityInfos(dict):
+    """A game's ``{PDDL name: EntityInfo}`` (a dict that a weak reference can point to)."""
+
+    __slots__ = ("__weakref__",)
+
+
+_ENTITY_INFOS: weakref.WeakValueDictionary[tuple[str, str], _EntityInfos] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def entity_infos(original: Callable[[Any], dict]) -> Callable[[Any], dict]:
+    """``PddlEnv._get_entity_infos`` made once per game (domain, problem) and shared.
+
+    The records are a function of the game's initial facts; alfworld's ``AlfredDemangler`` then
+    sets each record's ``name`` from its ``id`` alone (``shuffle=False``), the same name in every
+    session, and from then on textworld only reads them (the fast path's ``copy_context`` already
+    shares them between derivations)."""
+
+    def get_entity_infos(pddl_env: Any) -> dict:
+        logic = pddl_env._logic
+        key = (logic.domain, pddl_env._pddl_state.pddl_problem)
+        infos = _ENTITY_INFOS.get(key)
+        if infos is None:
+            infos = _ENTITY_INFOS[key] = _EntityInfos(original(pddl_env))
+        return infos
+
+    return get_entity_infos
 
 
 def slim_state(pddl_env: Any) -> None:
@@ -88,6 +119,6 @@ def slim_state(pddl_env: Any) -> None:
     operators = getattr(pddl_state, "_operators", None)
     if operators:
         pddl_state._operators = {
-            key: op if isinstance(op, _Operator) else _Operator(op.id, op.name, op.nb_effect_atoms)
+            key: op if isinstance(op, _Operator) else _Operator(op.id, op.nb_effect_atoms)
             for key, op in operators.items()
         }

@@ -140,7 +140,7 @@ def test_sessions_of_two_games_and_reused_library_copies():
     b.close()
 
 
-def test_sessions_of_one_game_share_one_library_copy_and_one_parsed_game():
+def test_sessions_of_one_game_share_one_library_copy_parsed_game_and_entity_records():
     task_id = _task(_TEST_GAMES[0])
     warm = ALFWorldEnv()
     warm.reset(options={"task_id": task_id})
@@ -150,7 +150,8 @@ def test_sessions_of_one_game_share_one_library_copy_and_one_parsed_game():
         env.reset(options={"task_id": task_id})
         env.step("look")
     assert planner.library_copies() == copies  # the game's copy, not one per session
-    datas = {id(env._engine._pddl._game_data) for env in [warm, *envs]}
-    assert len(datas) == 1
+    pddls = [env._engine._pddl for env in [warm, *envs]]
+    assert len({id(p._game_data) for p in pddls}) == 1  # one parsed game file
+    assert len({id(p._entity_infos) for p in pddls}) == 1  # one set of entity records
     for env in [warm, *envs]:
         env.close()
