@@ -93,6 +93,10 @@ class BenchSettings:
     rl_schedule: str = "cosine"
     ppo_epochs: int = 2
     rl_mini_batches: int = 1
+    arm_advantage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Estimator settings per RL arm beyond its algorithm's defaults (``advantage.<key>`` of the
+    trainer), e.g. ``{"oracle": {"step_weight": 0.1}}`` or ``{"ptgpo": {"root_spread":
+    "outcome_gated"}}``; chosen on validation tasks and recorded with the run."""
     eval_every: int = 10
     """Evaluate each RL arm every N iterations (and at the end) for the curve."""
     threads: int = 1

@@ -323,6 +323,8 @@ def _rl_config(
         "seed": seed,
         "data.env_id": rl_env_id(settings, arm),
     }
+    for key, value in settings.arm_advantage.get(arm, {}).items():
+        values[f"advantage.{key}"] = value
     if arm == "prefix-grpo":
         values["data.queries"] = data
     else:
