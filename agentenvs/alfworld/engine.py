@@ -98,6 +98,7 @@ def clear_process_cache() -> None:
     """Forget the remembered parses, game logic and translations (the next load of each game
     is cold)."""
     fastpath.clear()
+    GAME_FILES.clear()
 
 
 @contextlib.contextmanager
