@@ -81,9 +81,10 @@ def format_doc(report: dict[str, Any]) -> str:
     )
     lines += format_memory(report.get("session_memory", []))
     if report["skipped"]:
+        lines.append("")
         lines.append(
-            f"Not run (over the {ALFWORLD_MEMORY_BUDGET / 2**30:g} GiB memory budget at "
-            f"{ALFWORLD_SESSION_BYTES / 1e6:g} MB a session): {', '.join(report['skipped'])}."
+            f"Not run (ALFWorld levels run only while sessions x {ALFWORLD_SESSION_BYTES / 1e6:g}"
+            f" MB fit in {ALFWORLD_MEMORY_BUDGET / 2**30:g} GiB): {', '.join(report['skipped'])}."
         )
     return "\n".join(lines)
 

@@ -104,6 +104,7 @@ def serve_process(
             str(port),
             "--workers",
             str(workers),
+            *(("--proxy", "none") if workers > 1 else ()),  # one URL per worker
             *args,
         ],
         stdout=subprocess.DEVNULL,
