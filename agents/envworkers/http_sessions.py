@@ -6,10 +6,19 @@ session expired between episodes, and sends every pool request but the health ch
 keep-alive connections (:class:`~agentenvs.agents.envworkers.http_transport.KeepAlive`), with
 the deadline ``step_timeout_s`` per operation the request carries and the run's bearer token.
 ``requests`` counts them by route.
+
+Every request to a server carries an ``X-Agentenvs-Affinity`` header
+(:data:`agentenvs.serve.proxy.AFFINITY_HEADER`) with a key of this pool for that server, random
+per pool: behind one ``agentenvs serve --workers N`` address, HAProxy makes every new session of
+the key on one worker, so that the sessions a ``step_batch`` (``reset_batch``) carries together
+live where the batch goes (its first session's worker). Many pools spread over the workers by
+their keys; one pool's sessions on one address share one worker (give it each worker's URL,
+``--proxy none``, to spread one pool over them). A plain server ignores the header.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +32,7 @@ from agentenvs.agents.envworkers.http_transport import (
     post_json,
 )
 from agentenvs.agents.envworkers.pool import EnvWorkerError
+from agentenvs.serve.proxy import AFFINITY_HEADER
 
 __all__ = ["ServerSessions"]
 
@@ -60,6 +70,15 @@ class ServerSessions:
         self._servers = servers
         self._worker_of = worker_of
         self._held: dict[int, tuple[str, str]] = {}  # slot -> (server, session id)
+        self._affinity: dict[str, dict[str, str]] = {}  # server -> this pool's affinity header
+
+    def affinity(self, url: str) -> dict[str, str]:
+        """The affinity header of this pool's requests to ``url`` (its key made on first use)."""
+        with self._counting:
+            header = self._affinity.get(url)
+            if header is None:
+                header = self._affinity[url] = {AFFINITY_HEADER: secrets.token_hex(8)}
+            return header
 
     def on(self, url: str, slot: int) -> str:
         """The slot's session on ``url``; a dead worker (:class:`_ServerGone`) if it has none
@@ -135,9 +154,10 @@ class ServerSessions:
         (its deadline: ``step_timeout_s`` each)."""
         content = self._dumps(body)
         deadline = None if self.step_timeout_s is None else self.step_timeout_s * max(1, operations)
+        headers = self.affinity(url)
         with self._counting:
             self.requests[route] += 1
-        return post_json(self.connections, self.env_id, url, route, content, deadline)
+        return post_json(self.connections, self.env_id, url, route, content, deadline, headers)
 
     def check_server(self, url: str, variant: dict[str, Any]) -> None:
         """One session with this run's environment keywords, closed at once: its variant must

@@ -173,12 +173,13 @@ def post_json(
     route: str,
     content: bytes,
     timeout: float | None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """POST ``content`` (JSON) to ``url``'s ``route`` over ``connections``, waiting at most
-    ``timeout`` seconds for each part of the answer (None: for ever); the answer sorted as the
-    module docstring says."""
+    """POST ``content`` (JSON) to ``url``'s ``route`` over ``connections`` (with ``headers``
+    besides the connections' own), waiting at most ``timeout`` seconds for each part of the
+    answer (None: for ever); the answer sorted as the module docstring says."""
     try:
-        status, body = connections.post(url, f"{API_PREFIX}/{route}", content, timeout)
+        status, body = connections.post(url, f"{API_PREFIX}/{route}", content, timeout, headers)
     except TimeoutError as exc:
         raise _ServerGone(f"gave no answer to /{route} in time ({type(exc).__name__})") from None
     except (OSError, http.client.HTTPException) as exc:
@@ -238,16 +239,24 @@ class KeepAlive:
         self._all: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def post(self, url: str, path: str, content: bytes, timeout: float | None) -> tuple[int, bytes]:
-        """(status, body) of ``POST url+path``; the socket's own errors (``TimeoutError``, other
-        ``OSError``) and ``http.client``'s go to the caller, the connection closed."""
+    def post(
+        self,
+        url: str,
+        path: str,
+        content: bytes,
+        timeout: float | None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """(status, body) of ``POST url+path`` (with ``headers`` besides the connections' own);
+        the socket's own errors (``TimeoutError``, other ``OSError``) and ``http.client``'s go
+        to the caller, the connection closed."""
         conn = self._connection(url)
         try:
             if conn.sock is None:
                 conn.connect()  # within connect_timeout
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.sock.settimeout(timeout)
-            conn.request("POST", path, content, self._headers)
+            conn.request("POST", path, content, {**self._headers, **(headers or {})})
             response = conn.getresponse()
             body = response.read()
         except BaseException:
