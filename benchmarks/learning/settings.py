@@ -68,8 +68,8 @@ class BenchSettings:
     item_names: str = "train-tasks"
     """TextCraft: ``recipe-database``: every item name of the environment's recipe database is
     one token and the pool of :attr:`sft_renamed_copies`' names
-    (:func:`agentenvs.benchmarks.learning.model.textcraft_item_names`); ``train-tasks``: item names are
-    BPE text and the renamed copies draw from the training tasks' names."""
+    (:func:`agentenvs.benchmarks.learning.model.textcraft_item_names`); ``train-tasks``: item
+    names are BPE text and the renamed copies draw from the training tasks' names."""
     sft_steps: int = 150
     sft_lr: float = 3e-3
     sft_batch_size: int = 8
