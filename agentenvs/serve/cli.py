@@ -197,10 +197,6 @@ def serve_main(argv: list[str]) -> int:
     from agentenvs.serve import require_serve_deps
 
     require_serve_deps(*{"openenv": ("openenv",), "mcp": ("mcp",)}.get(args.api, ()))
-    if args.api == "mcp" and args.workers > 1 and args.proxy != "none":
-        # HAProxy routes by our session ids; an MCP session is named by the SDK's header
-        print("agentenvs serve: --api mcp with --workers N needs --proxy none", file=sys.stderr)
-        return 2
     args.auth_token = args.auth_token or os.environ.get(AUTH_TOKEN_ENV) or None
     warning = bind_warning(args.host, args.auth_token)
     if warning:
@@ -318,6 +314,8 @@ def _start_proxy(
             raise TimeoutError("the workers did not listen within 300 s")
         time.sleep(0.05)
     processes, maxconn = haproxy_plan(args.workers * args.max_sessions)
+    if args.api == "mcp":  # MCP sessions stick by a table that lives in one HAProxy process
+        processes = 1
     config = haproxy_config(args.host, args.port, [f"unix@{s}" for s in sockets], maxconn)
     return start_haproxy(config, directory, processes)
 

@@ -8,9 +8,13 @@ and sends each request to the worker that holds its session:
   sessions must live on one worker: create them with the same ``X-Agentenvs-Affinity``);
 * AgentGym's routes: AgentGym's integer id (body ``id`` / ``env_idx``, or the same query
   parameter) modulo N, since worker ``i`` hands out ids ``n * N + i``;
-* everything else (creating a session, OpenEnv's ``/ws``, one-shot and listing routes): the
-  least-loaded worker, or with an ``X-Agentenvs-Affinity: <key>`` header the worker that key
-  hashes to.
+* MCP (``--api mcp``, at ``/mcp``): the worker that answered the session's first request with
+  its ``Mcp-Session-Id`` header, by HAProxy's own stickiness: a stick table stores the header of
+  that answer with the worker, and every request carrying the header goes where the table says
+  (and refreshes the entry). The stick table lives in one HAProxy process, so MCP runs one;
+* everything else (creating a session, OpenEnv's ``/ws``, one-shot and listing routes, an MCP
+  ``initialize``): the least-loaded worker, or with an ``X-Agentenvs-Affinity: <key>`` header
+  the worker that key hashes to.
 
 A WebSocket stays on the worker it opened on for its whole life, which is OpenEnv's session.
 Requests carry their ``Authorization`` header through to the workers, which check it.
@@ -36,6 +40,17 @@ FD_MARGIN = 200
 """Descriptors an HAProxy process keeps for its listeners, logs and checks."""
 AFFINITY_HEADER = "X-Agentenvs-Affinity"
 """A request header whose value picks the worker for requests that name no session."""
+MCP_PATH = "/mcp"
+"""Where ``--api mcp`` serves (:data:`agentenvs.serve.mcp_http.MCP_PATH`): its JSON-RPC bodies
+carry an ``"id"`` that is no AgentGym id, and its sessions are routed by their header."""
+MCP_SESSION_HEADER = "mcp-session-id"
+"""The header naming an MCP session, set by the worker's answer to ``initialize``."""
+MCP_STICK_ENTRIES = 1_048_576
+"""Room in HAProxy's stick table for MCP sessions: more than all workers' ``--max-sessions``
+could hold (HAProxy allocates an entry only when it stores one)."""
+MCP_STICK_EXPIRE = "48h"
+"""An MCP session's entry outlives this long without a request: longer than any idle timeout
+a worker keeps a session for by default (an hour), so a live session never loses its worker."""
 BODY_BUFFER_BYTES = 16_384
 """What HAProxy reads of a body before choosing the worker (its ``tune.bufsize``): a session id
 comes in a request's first bytes."""
@@ -85,14 +100,19 @@ def haproxy_config(host: str, port: int, servers: list[str], maxconn: int) -> st
         "    default_backend workers",
         "backend workers",
         "    balance leastconn",
+        # MCP: the worker that named the session (a use-server rule would win over it)
+        f"    acl mcp path {MCP_PATH} {MCP_PATH}/",
+        f"    stick-table type string len 128 size {MCP_STICK_ENTRIES} expire {MCP_STICK_EXPIRE}",
+        f"    stick on req.hdr({MCP_SESSION_HEADER}) if mcp",
+        f"    stick store-response res.hdr({MCP_SESSION_HEADER})",
         # AgentGym's integer id, from the body or the query string
         "    http-request set-var(txn.gid) req.body,json_query('$.id','int')"
-        ' if { req.body -m reg "\\"id\\" *: *[0-9]" }',
+        ' if !mcp { req.body -m reg "\\"id\\" *: *[0-9]" }',
         "    http-request set-var(txn.gid) req.body,json_query('$.env_idx','int')"
-        ' if { req.body -m reg "\\"env_idx\\" *: *[0-9]" }',
-        "    http-request set-var(txn.gid) url_param(id) if { url_param(id) -m reg ^[0-9]+$ }",
+        ' if !mcp { req.body -m reg "\\"env_idx\\" *: *[0-9]" }',
+        "    http-request set-var(txn.gid) url_param(id) if !mcp { url_param(id) -m reg ^[0-9]+$ }",
         "    http-request set-var(txn.gid) url_param(env_idx)"
-        " if { url_param(env_idx) -m reg ^[0-9]+$ }",
+        " if !mcp { url_param(env_idx) -m reg ^[0-9]+$ }",
         f"    http-request set-var(txn.worker) var(txn.gid),mod({n})"
         " if { var(txn.gid) -m found }",
         # a client's affinity key, for requests that name no session
@@ -102,7 +122,7 @@ def haproxy_config(host: str, port: int, servers: list[str], maxconn: int) -> st
     for i in range(n):  # the native session id's worker prefix (checked last: it wins)
         lines.append(
             f"    http-request set-var(txn.worker) int({i})"
-            f' if {{ req.body -m reg "\\"session\\" *: *\\"w{i}-" }}'
+            f' if !mcp {{ req.body -m reg "\\"session\\" *: *\\"w{i}-" }}'
         )
     for i in range(n):
         lines.append(f"    use-server w{i} if {{ var(txn.worker) -m int {i} }}")

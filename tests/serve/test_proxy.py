@@ -157,3 +157,61 @@ def test_openenv_clients_and_the_token_through_one_address() -> None:
         sid = requests.post(url + NATIVE + "/sessions", json={}, headers=token).json()["session"]
         r = requests.post(url + NATIVE + "/reset", json={"session": sid}, headers=token)
         assert r.status_code == 200
+
+
+def _worker_sockets(children: list[int]) -> list[str]:
+    """The workers' Unix sockets, beside the configuration HAProxy was started with."""
+    for pid in children:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode().split("\0")
+        if os.path.basename(argv[0]) == "haproxy":
+            directory = os.path.dirname(argv[argv.index("-f") + 1])
+            return sorted(os.path.join(directory, n) for n in os.listdir(directory) if ".sock" in n)
+    raise AssertionError("no HAProxy among the command's children")
+
+
+def test_mcp_sessions_stick_to_their_workers_through_one_address() -> None:
+    """Two MCP sessions of the official client at once through one address: each lives on its
+    own worker (HAProxy's stick table on ``Mcp-Session-Id``) and plays the expert's episodes with
+    the in-process observations, their requests interleaved."""
+    import anyio
+    import httpx
+
+    from .test_mcp import call, http_session, play_expert_tasks
+
+    env_id = "TextCraft-v0"
+    with proxied(env_id, "--api", "mcp", "--max-sessions", "4") as (url, children):
+        sockets = _worker_sockets(children)
+        assert len(sockets) == 2
+
+        def held(sock: str) -> int:
+            transport = httpx.HTTPTransport(uds=sock)
+            with httpx.Client(transport=transport, base_url="http://worker") as worker:
+                return worker.get(NATIVE + "/health").json()["sessions"]
+
+        async def play(ready: anyio.Event, both: anyio.Event, counts: list[list[int]]) -> None:
+            async with http_session(url) as session:
+                await call(session, "reset", task_id="agentgym/0")
+                ready.set()
+                await both.wait()
+                if not counts:
+                    counts.append([held(s) for s in sockets])
+                await play_expert_tasks(session, env_id, tasks=2)
+
+        async def run() -> list[list[int]]:
+            counts: list[list[int]] = []
+            first, second, both = anyio.Event(), anyio.Event(), anyio.Event()
+            async with anyio.create_task_group() as group:
+                group.start_soon(play, first, both, counts)
+                await first.wait()  # the second session opens while the first holds a worker
+                group.start_soon(play, second, both, counts)
+                await second.wait()
+                both.set()
+            return counts
+
+        counts = anyio.run(run)
+        assert counts == [[1, 1]], counts  # one environment session on each worker
+        deadline = time.monotonic() + 5  # the client's DELETE ends each MCP session
+        while [held(s) for s in sockets] != [0, 0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [held(s) for s in sockets] == [0, 0]  # each closed on its own worker
