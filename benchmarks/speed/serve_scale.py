@@ -50,17 +50,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentenvs.benchmarks.speed.serve_scale_limits import (
+    ALFWORLD_MEMORY_BUDGET,
+    ALFWORLD_SESSION_BYTES,
+)
+
 __all__ = ["LevelResult", "main", "run_level"]
 
 DEFAULT_LEVELS = (256, 1024, 4096, 16384)
-SUCCESS_FLOOR = 0.95
-"""OpenEnv's criterion: a level counts when at least 95% of its sessions succeed."""
 STOP_BELOW = 0.5
 """A series stops after a level below this success rate (the next levels only fail more)."""
-ALFWORLD_MEMORY_BUDGET = 12 * 2**30
-"""ALFWorld levels run only while sessions x ALFWorld's measured ~4.2 MB fit this (about half of
-this machine's 23 GiB)."""
-ALFWORLD_SESSION_BYTES = 4_400_000
 V1 = "/agentenvs/v1"
 
 OPENENV_SERVER = """

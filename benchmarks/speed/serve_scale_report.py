@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentenvs.benchmarks.speed.serve_scale import (
+from agentenvs.benchmarks.speed.serve_scale_limits import (
     ALFWORLD_MEMORY_BUDGET,
     ALFWORLD_SESSION_BYTES,
     SUCCESS_FLOOR,
