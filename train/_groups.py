@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from agentenvs.train.advantages import AdvantageBatch
+import torch
 
 __all__ = [
+    "BatchRows",
     "EpisodeLayout",
     "as_numpy",
     "check_length",
@@ -25,6 +24,21 @@ __all__ = [
     "group_standardize",
     "group_std",
 ]
+
+
+class BatchRows(Protocol):
+    """The rows an episode layout reads (:class:`agentenvs.train.advantages.AdvantageBatch`)."""
+
+    @property
+    def rewards(self) -> torch.Tensor: ...
+    @property
+    def group_index(self) -> Sequence[Hashable]: ...
+    @property
+    def episode_index(self) -> Sequence[Hashable] | None: ...
+    @property
+    def step_index(self) -> Sequence[int] | None: ...
+    @property
+    def anchors(self) -> Sequence[str] | None: ...
 
 
 def factorize(keys: Iterable[Hashable]) -> tuple[np.ndarray, int]:
@@ -104,7 +118,7 @@ class EpisodeLayout:
     n_groups: int
 
     @classmethod
-    def build(cls, batch: AdvantageBatch) -> EpisodeLayout:
+    def build(cls, batch: BatchRows) -> EpisodeLayout:
         n_rows = batch.rewards.shape[0]
         row_group, n_groups = factorize(batch.group_index)
         if batch.episode_index is None:
@@ -129,22 +143,22 @@ class EpisodeLayout:
         episode_group = row_group[rows[:, 0]] if n_episodes else row_group[:0]
         return cls(row_episode, row_step, row_group, episode_group, lengths, rows, n_groups)
 
-    def reward_matrix(self, batch: AdvantageBatch) -> np.ndarray:
+    def reward_matrix(self, batch: BatchRows) -> np.ndarray:
         rewards = as_numpy(batch.rewards)
         return np.where(self.rows >= 0, rewards[np.maximum(self.rows, 0)], 0.0)
 
-    def episode_rewards(self, batch: AdvantageBatch) -> np.ndarray:
+    def episode_rewards(self, batch: BatchRows) -> np.ndarray:
         """(E,) R^(i) = sum of the episode's rewards."""
         return self.reward_matrix(batch).sum(axis=1)
 
-    def episode_advantages(self, batch: AdvantageBatch, *, eps: float, use_std: bool) -> np.ndarray:
+    def episode_advantages(self, batch: BatchRows, *, eps: float, use_std: bool) -> np.ndarray:
         """(E,) A_episode = (R - mean_R) / (std_R + eps) within each task group (without the
         std: R - mean_R)."""
         return group_standardize(
             self.episode_rewards(batch), self.episode_group, self.n_groups, eps=eps, use_std=use_std
         )
 
-    def row_returns(self, batch: AdvantageBatch, gamma: float) -> np.ndarray:
+    def row_returns(self, batch: BatchRows, gamma: float) -> np.ndarray:
         """(B,) discounted return G_t of each row."""
         rewards = self.reward_matrix(batch)
         returns = np.zeros_like(rewards)
@@ -154,6 +168,6 @@ class EpisodeLayout:
             returns[:, t] = running
         return returns[self.row_episode, self.row_step]
 
-    def anchor_groups(self, batch: AdvantageBatch) -> tuple[np.ndarray, int]:
+    def anchor_groups(self, batch: BatchRows) -> tuple[np.ndarray, int]:
         """(B,) codes of the step groups: same task group and identical anchor string."""
         return factorize(zip(self.row_group.tolist(), batch.anchors, strict=True))

@@ -456,7 +456,7 @@ def ptgpo_advantage(batch: AdvantageBatch, config: PTGPOConfig) -> AdvantageResu
     returns = lay.row_returns(batch, config.gamma)
     roots, n_roots = lay.anchor_groups(batch)
     action_codes, n_actions = factorize(batch.actions)
-    scale, gated = root_scales(batch, returns, roots, n_roots, config)
+    scale, gated = root_scales(batch.outcomes, returns, roots, n_roots, config)
     tree_credit, tree = prefix_tree_credits(
         lay, returns, roots, n_roots, scale, action_codes, n_actions, config
     )

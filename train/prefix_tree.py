@@ -8,25 +8,39 @@ against.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
+import torch
 
 from agentenvs.train._groups import EpisodeLayout, as_numpy, factorize_ints, group_std
 from agentenvs.train.advantage_metrics import TreeCounts, flat_groups
 
-if TYPE_CHECKING:
-    from agentenvs.train.advantages import AdvantageBatch, PTGPOConfig
+__all__ = ["TreeSettings", "prefix_tree_credits", "root_scales"]
 
-__all__ = ["prefix_tree_credits", "root_scales"]
+
+class TreeSettings(Protocol):
+    """The settings the trees read (:class:`agentenvs.train.advantages.PTGPOConfig` has them)."""
+
+    @property
+    def eps(self) -> float: ...
+    @property
+    def tau_expand(self) -> int: ...
+    @property
+    def max_depth(self) -> int | None: ...
+    @property
+    def root_spread(self) -> str: ...
+    @property
+    def spread_floor(self) -> float: ...
 
 
 def root_scales(
-    batch: AdvantageBatch,
+    outcomes: Sequence[float] | torch.Tensor | None,
     returns: np.ndarray,
     roots: np.ndarray,
     n_roots: int,
-    config: PTGPOConfig,
+    config: TreeSettings,
 ) -> tuple[np.ndarray, float | None]:
     """(n_roots,) 1 / root spread per anchor-state group (0: no tree credit there), and under
     ``outcome_gated`` the share of roots of >= 2 members whose episode outcomes are all equal."""
@@ -39,12 +53,12 @@ def root_scales(
     scale = np.divide(1.0, spread, out=np.zeros_like(spread), where=spread > 0)
     if config.root_spread != "outcome_gated":
         return scale, None
-    if batch.outcomes is None:
+    if outcomes is None:
         raise ValueError(
             "ptgpo with root_spread='outcome_gated' needs AdvantageBatch.outcomes (each row's "
             "episode outcome, 1.0 won / 0.0 not)"
         )
-    flat = flat_groups(as_numpy(batch.outcomes), roots, n_roots)
+    flat = flat_groups(as_numpy(outcomes), roots, n_roots)
     shared = count >= 2
     scale[flat] = 0.0
     return scale, float((flat & shared).sum() / shared.sum()) if shared.any() else 0.0
@@ -58,7 +72,7 @@ def prefix_tree_credits(
     root_scale: np.ndarray,
     action_codes: np.ndarray,
     n_actions: int,
-    config: PTGPOConfig,
+    config: TreeSettings,
 ) -> tuple[np.ndarray, TreeCounts]:
     """A^PT per row (B,) and the trees' counts (depth reached, nodes, branching, credits).
 
