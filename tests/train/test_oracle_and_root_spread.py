@@ -228,4 +228,5 @@ def test_step_credit_of_a_step_record():
 
     assert _step_credit(record("up", {"step_credit": -3})) == -3.0
     assert _step_credit(record("up", {})) is None
-    assert _step_credit(record(None, {"format_error": "no action"})) == 0.0  # not stepped
+    # not stepped: a turn spent with no progress, never cheaper than a wasted action
+    assert _step_credit(record(None, {"format_error": "no action"})) == -1.0

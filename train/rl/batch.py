@@ -204,11 +204,18 @@ def _episode_rows(ep, tokenizer, kwargs, invalid_penalty, overlong) -> list[Step
     return rows
 
 
+UNSTEPPED_REPLY_CREDIT = -1.0
+"""The credit of a reply the environment never stepped (unparseable). ``info["step_credit"]``
+counts minus the turns an action adds to the shortest possible episode, and such a reply spends
+one turn and changes nothing. A credit of 0 would make a broken reply cheaper than any action
+that is not on a shortest plan, and the oracle arm then learns to break its replies."""
+
+
 def _step_credit(step: Any) -> float | None:
-    """``info["step_credit"]`` of a stepped reply; 0 for one the environment never saw (an
-    unparseable reply changes no state); None when the environment gives no credit."""
+    """``info["step_credit"]`` of a stepped reply; :data:`UNSTEPPED_REPLY_CREDIT` for one the
+    environment never saw; None when the environment gives no credit."""
     if step.action is None:
-        return 0.0
+        return UNSTEPPED_REPLY_CREDIT
     credit = step.info.get("step_credit")
     return None if credit is None else float(credit)
 
