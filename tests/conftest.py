@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,13 @@ def without_modules(tmp_path: Path) -> Callable[..., dict[str, str]]:
         return env
 
     return environ
+
+
+@pytest.fixture(autouse=True)
+def _forget_benchmark_environments() -> Iterator[None]:
+    """A test that ran the learning benchmark in this process leaves its process-only
+    environments (KeyDoor-v0, Sokoban-oracle-v0) behind; the next test starts without them."""
+    yield
+    module = sys.modules.get("agentenvs.benchmarks.learning.plugins")
+    if module is not None:
+        module.unregister_benchmark_envs()

@@ -22,7 +22,13 @@ from typing import Any
 
 from agentenvs.plugins import EnvPlugin
 
-__all__ = ["DISTRIBUTION", "KEYDOOR", "ORACLE_SOKOBAN", "register_benchmark_envs"]
+__all__ = [
+    "DISTRIBUTION",
+    "KEYDOOR",
+    "ORACLE_SOKOBAN",
+    "register_benchmark_envs",
+    "unregister_benchmark_envs",
+]
 
 DISTRIBUTION = "agentenvs-learning-benchmark"
 
@@ -88,3 +94,15 @@ def register_benchmark_envs() -> None:
     missing = {KEYDOOR.env_id, ORACLE_SOKOBAN.env_id} - set(plugins())
     if missing:
         raise RuntimeError(f"the benchmark's environments did not register: {sorted(missing)}")
+
+
+def unregister_benchmark_envs() -> None:
+    """Forget the two environments again (a process that ran the benchmark in-process and goes
+    on to other work, such as a test session)."""
+    from agentenvs.plugins import refresh_plugins
+
+    finders = [f for f in sys.meta_path if isinstance(f, _BenchmarkFinder)]
+    for finder in finders:
+        sys.meta_path.remove(finder)
+    if finders:
+        refresh_plugins()

@@ -1,5 +1,5 @@
-"""The README's verl command runs as written: verl's own trainer config (Hydra compose of
-``ppo_trainer``, as ``python -m verl.trainer.main_ppo`` does) with exactly the README's overrides
+"""docs/integrations.md's verl command runs as written: verl's own trainer config (Hydra compose of
+``ppo_trainer``, as ``python -m verl.trainer.main_ppo`` does) with exactly the doc's overrides
 passes verl's ``validate_config``, and our agent loop is instantiated from it the way verl's
 ``AgentLoopWorker`` does (the shipped config file, ``hydra.utils.instantiate``) and plays an
 episode. No GPU: the rollout server is :class:`verl_helpers.TransformersServer`."""
@@ -26,10 +26,16 @@ TASK = "seed/15"  # conftest.TASK: "right" solves it in one move
 
 
 def readme_verl_overrides() -> list[str]:
-    """The Hydra overrides of the README's ``main_ppo`` command, the config command's output in
+    """The Hydra overrides of docs/integrations.md's whole ``main_ppo`` command, the config command's output in
     place of its ``$(...)``."""
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    (block,) = [b for b in blocks if "verl.trainer.main_ppo" in b]
+    doc = (ROOT / "docs" / "integrations.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", doc, re.S)
+    (block,) = [
+        b
+        for b in blocks
+        if "python -m agentenvs.integrations.verl.dataset" in b
+        and "agentenvs.integrations.verl.config)" in b
+    ]
     command = block[block.index("python -m verl.trainer.main_ppo") :].replace("\\\n", " ")
     command = command.split("\n", 1)[0]
     assert "..." not in command
@@ -53,7 +59,7 @@ def test_config_command_prints_and_writes_the_shipped_file(tmp_path):
     assert copy.read_text() == agent_loop_config_path().read_text()
 
 
-def test_readme_command_composes_and_instantiates_our_agent_loop(reply_model):
+def test_doc_command_composes_and_instantiates_our_agent_loop(reply_model):
     import hydra
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf

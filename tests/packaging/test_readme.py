@@ -132,7 +132,7 @@ def test_readme_commands_parse(parse_only):
         else:
             raise AssertionError(f"the README test does not know how to check: {command}")
         kinds.add(words[0])
-    assert {"make", "pip", "agentenvs", "torchrun", "python"} <= kinds
+    assert {"make", "pip", "agentenvs", "torchrun"} <= kinds
 
 
 def test_readme_cheap_commands_run(tmp_path):
