@@ -115,7 +115,7 @@ def test_exported_expert_run_and_comparison(browser, view_runs, artifacts, tmp_p
     assert c["broken"] and all(t in tab.text() for t in c["broken"])
     tab.shot("export-compare")
     tab.page.click(f".chip:has-text('{c['broken'][0]}')")
-    tab.page.wait_for_selector(".side .line")
+    tab.page.wait_for_function("document.querySelectorAll('.side .line').length >= 4")
     assert tab.page.locator(".side .line").count() == 4  # both runs' k = 2 samples
     assert "lost" in tab.page.inner_text(".side") and "won" in tab.page.inner_text(".side")
     tab.shot("export-compare-task")
@@ -152,7 +152,8 @@ def test_served_learning_runs_training_and_replay(browser, served_learning, view
         f"paired difference {_signed(c['paired']['mean_diff'])} ± {c['paired']['se']:.3f}"
     )
     tab.page.click(f".vrow:has-text('{c['tasks'][0]['task_id']}')")
-    tab.page.wait_for_selector(".side .line")
+    # both sides render on their own: wait for the second before counting
+    tab.page.wait_for_function("document.querySelectorAll('.side .line').length >= 16")
     assert tab.page.locator(".side .line").count() == 16  # 8 evaluation samples of each
     tab.shot("served-compare-task")
     # a run that cannot be compared says why
