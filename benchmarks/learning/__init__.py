@@ -1,4 +1,5 @@
-"""The learning benchmark: held-out, multi-seed, resumable (see :mod:`agentenvs.benchmarks.learning.run`).
+"""The learning benchmark: held-out, multi-seed, resumable (see
+:mod:`agentenvs.benchmarks.learning.run`).
 
 Modules: :mod:`~agentenvs.benchmarks.learning.model` (the small model and the expert's SFT data),
 :mod:`~agentenvs.benchmarks.learning.settings` (presets, train/eval task selection),

@@ -4,8 +4,9 @@
     python -m agentenvs.benchmarks.learning.check --preset sokoban --out docs/learning-check/sokoban
     make learning-check                      # both, resumable
 
-The code is :mod:`agentenvs.benchmarks.learning`; this module is its command line and keeps the names
-other code imports (the trainer tests' fixture builds its model with :func:`build_check_model`).
+The code is :mod:`agentenvs.benchmarks.learning`; this module is its command line and keeps the
+names other code imports (the trainer tests' fixture builds its model with
+:func:`build_check_model`).
 """
 
 from __future__ import annotations

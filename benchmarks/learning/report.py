@@ -4,14 +4,14 @@ SFT as a paired difference over (seed, eval task) with its z score, and the file
 
 Avg@k of one (arm, seed) is the mean over eval tasks of c / n (c successes in n episodes; the
 unbiased estimate of the mean success of k samples); Pass@k the mean of the unbiased
-1 - C(n - c, k) / C(n, k) (:mod:`agentenvs.benchmarks.eval.metrics`). The SE over seeds uses the sample
-standard deviation (ddof 1). The paired difference of an arm is, for each (seed, task), its
+1 - C(n - c, k) / C(n, k) (:mod:`agentenvs.benchmarks.eval.metrics`). The SE over seeds uses the
+sample standard deviation (ddof 1). The paired difference of an arm is, for each (seed, task), its
 success rate minus the SFT model's of the same seed on the same task; its SE is the standard
 deviation of those differences over sqrt(pairs), z = mean / SE. Every contrast also has a
-seed-clustered figure (``clustered``), which does not treat the tasks of one seed as
-independent draws of the arms' training: the per-seed differences d_s (the mean over tasks of
-one seed's paired differences), their mean over seeds, its SE (sd of d_s over sqrt(seeds),
-ddof 1) and t = mean / SE with seeds - 1 degrees of freedom.
+seed-clustered figure (``clustered``), which does not treat the tasks of one seed as independent
+draws of the arms' training: the per-seed differences d_s (the mean over tasks of one seed's paired
+differences), their mean over seeds, its SE (sd of d_s over sqrt(seeds), ddof 1) and t = mean / SE
+with seeds - 1 degrees of freedom.
 
     python -m agentenvs.benchmarks.learning.report --rebuild docs/learning-check/summary.json \
         docs/learning-check/sokoban/summary.json --random

@@ -2,7 +2,7 @@
 
     python -m agentenvs.benchmarks.learning.check --preset textcraft --out docs/learning-check
     python -m agentenvs.benchmarks.learning.check --preset sokoban --out docs/learning-check/sokoban
-    python -m agentenvs.benchmarks.learning.check --preset smoke --out /tmp/smoke      # a minute or two
+    python -m agentenvs.benchmarks.learning.check --preset smoke --out /tmp/smoke  # a minute or two
 
 Stages, each (arm, seed) unit announced by a line and its work shown by bars that move per SFT
 step, RL iteration, replay query and evaluation episode: data (expert episodes of the training

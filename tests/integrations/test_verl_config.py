@@ -26,8 +26,8 @@ TASK = "seed/15"  # conftest.TASK: "right" solves it in one move
 
 
 def readme_verl_overrides() -> list[str]:
-    """The Hydra overrides of docs/integrations.md's whole ``main_ppo`` command, the config command's output in
-    place of its ``$(...)``."""
+    """The Hydra overrides of docs/integrations.md's whole ``main_ppo`` command, the config
+    command's output in place of its ``$(...)``."""
     doc = (ROOT / "docs" / "integrations.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", doc, re.S)
     (block,) = [
