@@ -6,7 +6,7 @@
 
 Each environment's module in ``benchmarks/speed/`` has ``bench(quick: bool) -> list[SpeedRow]``;
 its rows compare against a baseline measured in the same run (raw engine calls, replay from
-reset) and state the target from its issue.
+reset) and name the bound each row is held to.
 """
 
 from __future__ import annotations
