@@ -24,7 +24,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from agentenvs.serve.service import dumps
 
-__all__ = ["Guard", "bearer_matches", "error_body"]
+__all__ = ["Guard", "bearer_matches", "error_body", "replay_receive"]
 
 Envelope = Callable[[], dict[str, Any]]
 
@@ -98,7 +98,7 @@ class Guard:
         if body is None:
             await self._too_large(scope, send)
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay_receive(body, receive), send)
 
     async def _read_capped(self, receive: Any) -> bytes | None:
         """A body without Content-Length, read up to the cap; None past it (reading stops)."""
@@ -153,8 +153,9 @@ def _content_length(headers: Any) -> int | None:
     return None
 
 
-def _replay(body: bytes, receive: Any) -> Callable[[], Any]:
-    """An ASGI ``receive`` that hands over ``body`` once, then what ``receive`` says."""
+def replay_receive(body: bytes, receive: Any) -> Callable[[], Any]:
+    """An ASGI ``receive`` that hands over ``body`` (already read from ``receive``) once, and
+    then what ``receive`` says (the client's disconnect)."""
     sent = False
 
     async def replay() -> dict[str, Any]:

@@ -29,6 +29,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from agentenvs.serve.errors import ServeError, error_for, internal_error, malformed
+from agentenvs.serve.guard import replay_receive
 from agentenvs.serve.service import EnvService, dumps
 from agentenvs.serve.sessions import Session
 
@@ -228,7 +229,7 @@ class BatchFastPath:
         field, run_one = route
         items = _batch_items(body, field)
         if items is None:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay_receive(body, receive), send)
             return
         results = await _run_batch(self.service, items, field, run_one)
         await _answer(send, 200, dumps({"results": results, **self.service.envelope()}))
@@ -246,7 +247,7 @@ class BatchFastPath:
         try:
             status, payload = 200, run_one(raw)
         except _NotPlain:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay_receive(body, receive), send)
             return
         except Exception as exc:  # the route's error answer (app.py's handlers)
             error = error_for(exc)
@@ -343,21 +344,6 @@ def _batch_items(body: bytes, field: str) -> list[Any] | None:
     if type(items) is not list or len(items) > MAX_BATCH_ITEMS:
         return None
     return items
-
-
-def _replay(body: bytes, receive: Any) -> Callable[[], Any]:
-    """An ASGI ``receive`` that hands over ``body`` (already read from ``receive``) once, and
-    then what ``receive`` says (the client's disconnect)."""
-    sent = False
-
-    async def replay() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def native_router(service: EnvService) -> APIRouter:
