@@ -291,18 +291,22 @@ class OracleConfig:
 
     step_weight: float = 1.0
     """omega in A_t = A_episode + omega * c_t."""
-    credit_scale: Literal["given", "group_rms"] = "given"
+    credit_scale: Literal["given", "group_rms", "anchor_centered"] = "given"
     """``given``: c_t as the environment gives it; ``group_rms``: c_t divided by the root mean
     square of c over the rows of its task group (+ eps; a group whose credits are all 0 gets
-    0), so every group's step credit has scale omega like its episode advantage."""
+    0), so every group's step credit has scale omega like its episode advantage;
+    ``anchor_centered``: c_t minus the mean credit of the steps taken from the same anchor
+    state in the same task group (GiGPO's step groups; a state visited once gets 0), so the
+    credit ranks the actions sampled in one state instead of lowering them all."""
     eps: float = 1e-6
     """Added to the group std (and rms) before dividing."""
 
     def __post_init__(self) -> None:
         _check_eps(self.eps)
-        if self.credit_scale not in ("given", "group_rms"):
+        if self.credit_scale not in ("given", "group_rms", "anchor_centered"):
             raise ValueError(
-                f"credit_scale must be 'given' or 'group_rms', got {self.credit_scale!r}"
+                "credit_scale must be 'given', 'group_rms' or 'anchor_centered', "
+                f"got {self.credit_scale!r}"
             )
 
 
@@ -497,6 +501,14 @@ def oracle_advantage(batch: AdvantageBatch, config: OracleConfig) -> AdvantageRe
         squares = np.bincount(lay.row_group, weights=credit * credit, minlength=lay.n_groups)
         rms = np.sqrt(squares / np.maximum(count, 1.0))[lay.row_group] + config.eps
         credit = np.divide(credit, rms, out=np.zeros_like(credit), where=rms > 0)
+    elif config.credit_scale == "anchor_centered":
+        if batch.anchors is None:
+            raise ValueError(
+                "oracle with credit_scale='anchor_centered' needs AdvantageBatch.anchors (each "
+                "row's anchor observation s_t)"
+            )
+        states, n_states = lay.anchor_groups(batch)
+        credit = group_standardize(credit, states, n_states, eps=config.eps, use_std=False)
     step_credit = config.step_weight * credit
     advantages = episode_adv[lay.row_episode] + step_credit
     episode_reward = lay.episode_rewards(batch)

@@ -54,6 +54,19 @@ def test_oracle_without_weight_is_exactly_grpo():
     assert torch.equal(oracle, run("grpo", batch).step_advantages)
 
 
+def test_oracle_anchor_centered_credit():
+    # one group, anchors: episode 0 visits "hall" then "room"; episode 1 "hall" then "hall".
+    # "hall" credits (-1, 0, -2): mean -1 -> (0, +1, -1); "room" is visited once -> 0
+    batch = dataclasses.replace(
+        two_episode_batch([-1.0, 5.0, 0.0, -2.0]), anchors=["hall", "room", "hall", "hall"]
+    )
+    result = run("oracle", batch, credit_scale="anchor_centered")
+    expected = [1 / R2 + 0.0, 1 / R2 + 0.0, -1 / R2 + 1.0, -1 / R2 - 1.0]
+    assert result.step_advantages.tolist() == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(ValueError, match="anchor_centered.*anchors"):
+        run("oracle", two_episode_batch([0.0, 0.0, 0.0, 0.0]), credit_scale="anchor_centered")
+
+
 def test_oracle_group_rms_scaling():
     # group 0 credits (1, 2, 0, -3): rms sqrt(14 / 4); group 1 (two one-step episodes, R 1
     # and 1): every credit 0, so its rms is 0 and its credit stays 0
