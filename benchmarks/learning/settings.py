@@ -127,6 +127,25 @@ TEXTCRAFT_RL: dict[str, Any] = {
 """TextCraft's RL setting (the ``textcraft`` and ``demo`` presets): the training tasks with at
 most 3 recipes, each under 16 item-name permutations, AdamW 3e-4 at a constant rate."""
 
+SOKOBAN: dict[str, Any] = {
+    "env_id": "Sokoban-v0",
+    "train_tasks": 256,
+    "eval_per_family": {"6x6-1box": 24},
+    "max_expert_turns": None,
+    "sft_steps": 600,
+    "sft_lr": 1e-2,
+    "validation_tasks": 24,
+    "max_turns": 10,
+    "max_new_tokens": 24,
+    "rl_prompts": 8,
+    "rl_samples": 8,
+    "rl_optimizer": "adamw",
+    "rl_lr": 3e-4,
+    "rl_schedule": "constant",
+}
+"""Sokoban's settings shared by the ``sokoban`` and ``sokoban-validation`` presets: 256 training
+rooms, groups of 8 (8 rooms x 8 episodes an iteration), AdamW 3e-4 at a constant rate."""
+
 KEYDOOR: dict[str, Any] = {
     "env_id": "KeyDoor-v0",
     "arms": ("sft", "random", "grpo", "gigpo", "ptgpo", "oracle"),
@@ -168,44 +187,15 @@ PRESETS: dict[str, BenchSettings] = {
         eval_every=20,
     ),
     "sokoban": BenchSettings(
-        env_id="Sokoban-v0",
-        arms=("sft", "grpo", "gigpo", "ptgpo"),
-        train_tasks=256,
-        eval_per_family={"6x6-1box": 24},
-        max_expert_turns=None,
-        sft_steps=600,
-        sft_lr=1e-2,
-        validation_tasks=24,
-        max_turns=10,
-        max_new_tokens=24,
-        rl_iterations=32,
-        rl_prompts=8,
-        rl_samples=8,
-        rl_optimizer="adamw",
-        rl_lr=3e-4,
-        rl_schedule="constant",
-        eval_every=16,
+        **SOKOBAN, arms=("sft", "grpo", "gigpo", "ptgpo"), rl_iterations=32, eval_every=16
     ),
     # Sokoban's settings chosen on validation rooms (never the test rooms): the oracle arm
     # against GRPO, SFT against the random agent, groups of 8 (gamma 0.95 in GiGPO and PTGPO)
     "sokoban-validation": BenchSettings(
-        env_id="Sokoban-v0",
+        **SOKOBAN,
         arms=("sft", "random", "grpo", "oracle"),
-        train_tasks=256,
-        eval_per_family={"6x6-1box": 24},
-        max_expert_turns=None,
-        sft_steps=600,
-        sft_lr=1e-2,
-        validation_tasks=24,
         eval_split="validation",
-        max_turns=10,
-        max_new_tokens=24,
         rl_iterations=8,
-        rl_prompts=8,
-        rl_samples=8,
-        rl_optimizer="adamw",
-        rl_lr=3e-4,
-        rl_schedule="constant",
         eval_every=4,
     ),
     # the credit testbed (KeyDoor-v0, benchmarks/learning/keydoor.py): every arm, the held-out
