@@ -23,7 +23,15 @@ action sequence (:func:`shortest_length`, 0 once won): 0 for a move of a shortes
 wasted turn, -2 for a step away; taking a wrong key is
 :data:`agentenvs.benchmarks.learning.envs.FATAL_CREDIT`; 0 once the episode cannot be won.
 
-It is registered in the process that runs the learning benchmark
+``KeyDoor-traps-v0`` (:class:`KeyDoorTrapsEnv`) is the same task with trap forks: each room
+1 .. L-1 is, with chance :data:`FORK_CHANCE`, a fork with two ways on, east and north or south,
+one of them marked ``(trap)`` in the observation (``Exits: west, north (trap), east.``). The
+other leads to the next room; the trap ends the episode with reward 0, and entering it is fatal
+(:data:`~agentenvs.benchmarks.learning.envs.FATAL_CREDIT`). A loss then no longer says which
+decision lost it (the key or a fork), while the step credit does; the layouts' keys, doors,
+rooms and alcoves are KeyDoor-v0's wherever a room is not a fork.
+
+Both are registered in the process that runs the learning benchmark
 (:mod:`agentenvs.benchmarks.learning.plugins`), not in the package's list of environments.
 """
 
@@ -40,17 +48,26 @@ from agentenvs.expert import Expert, ExpertDecision
 __all__ = [
     "COLORS",
     "ENV_ID",
+    "FORK_CHANCE",
     "HELD_OUT_PAIRS",
     "MAX_TURNS",
     "KeyDoorEnv",
     "KeyDoorExpert",
+    "KeyDoorTrapsEnv",
+    "KeyDoorTrapsExpert",
     "Layout",
+    "TRAPS_ENV_ID",
     "State",
     "layout",
     "shortest_length",
 ]
 
 ENV_ID = "KeyDoor-v0"
+TRAPS_ENV_ID = "KeyDoor-traps-v0"
+FORK_CHANCE = 0.5
+"""KeyDoor-traps-v0: the chance that a room between the hall and the door is a trap fork. At
+0.5 a layout has 1.5-3.5 forks on average (4-8 rooms), so a policy that reads the sign still
+loses to a fork it misreads, and a random walker rarely gets through."""
 MAX_TURNS = 20
 """The turn limit: about twice the longest expert episode (10 turns), the horizon of the
 key-to-door tasks credit assignment is tested on."""
@@ -68,30 +85,42 @@ _TASK_ID = re.compile(r"layout/(0|[1-9][0-9]{0,9})")
 @dataclass(frozen=True)
 class Layout:
     """One task: the keys in the order the hall lists them, the door's colour, the number of
-    rooms after the hall (the last one has the door) and the alcoves {room: exit}."""
+    rooms after the hall (the last one has the door), the alcoves {room: exit} and the trap
+    forks (room, side exit, the trapped exit: the side exit or ``east``)."""
 
     keys: tuple[str, ...]
     door: str
     rooms: int
     alcoves: tuple[tuple[int, str], ...]
+    forks: tuple[tuple[int, str, str], ...] = ()
 
     def alcove_of(self, room: int) -> str | None:
         return dict(self.alcoves).get(room)
 
+    def fork_of(self, room: int) -> tuple[str, str] | None:
+        """(side exit, trapped exit) of a fork room, else None."""
+        for fork_room, side, trap in self.forks:
+            if fork_room == room:
+                return side, trap
+        return None
+
 
 @dataclass(frozen=True)
 class State:
-    """Where the player is (room 0 the hall; ``alcove``: in that room's alcove), the key held
-    and whether the episode is over."""
+    """Where the player is (room 0 the hall; ``alcove``: in that room's alcove), the key held,
+    whether the episode is over and whether a trap ended it."""
 
     room: int = 0
     alcove: bool = False
     key: str | None = None
     over: bool = False
+    trapped: bool = False
 
 
-def layout(seed: int) -> Layout:
-    """The layout of task ``layout/<seed>`` (test seeds draw held-out colour pairs)."""
+def layout(seed: int, fork_chance: float = 0.0) -> Layout:
+    """The layout of task ``layout/<seed>`` (test seeds draw held-out colour pairs); with
+    ``fork_chance`` > 0 each room between the hall and the door is a trap fork with that chance
+    (drawn from a second stream, so every other room is as at 0)."""
     held_out = seed >= TEST_FIRST
     rng = random.Random(f"keydoor|{seed}")
     count = rng.choice((2, 3))
@@ -105,7 +134,21 @@ def layout(seed: int) -> Layout:
     alcoves = tuple(
         (room, rng.choice(("north", "south"))) for room in range(1, rooms) if rng.random() < 0.5
     )
-    return Layout(keys, door, rooms, alcoves)
+    if fork_chance <= 0:
+        return Layout(keys, door, rooms, alcoves)
+    forks_rng = random.Random(f"keydoor-forks|{seed}")
+    forks = []
+    for room in range(1, rooms):
+        side, trap_east, chance = (
+            forks_rng.choice(("north", "south")),
+            forks_rng.random() < 0.5,
+            forks_rng.random(),
+        )
+        if chance < fork_chance:
+            forks.append((room, side, "east" if trap_east else side))
+    fork_rooms = {f[0] for f in forks}
+    alcoves = tuple(a for a in alcoves if a[0] not in fork_rooms)
+    return Layout(keys, door, rooms, alcoves, tuple(forks))
 
 
 def shortest_length(lay: Layout, state: State) -> int | None:
@@ -119,11 +162,14 @@ def shortest_length(lay: Layout, state: State) -> int | None:
 
 
 def render(lay: Layout, state: State) -> str:
-    """The observation of ``state`` (short; the sign only in the hall)."""
+    """The observation of ``state`` (short; the sign only in the hall; a fork's trapped exit
+    marked ``(trap)``)."""
     held = f"You hold the {state.key} key." if state.key else "You hold no key."
     if state.alcove:
         return f"Alcove of room {state.room}. {held} Exits: {_back(lay, state.room)}."
-    exits = ", ".join(_exits(lay, state))
+    fork = lay.fork_of(state.room)
+    trap = fork[1] if fork else None
+    exits = ", ".join(e + (" (trap)" if e == trap else "") for e in _exits(lay, state))
     if state.room == 0:
         keys = "none" if state.key else ", ".join(lay.keys)
         return f"Hall. Sign: the door is {lay.door}. Keys: {keys}. {held} Exits: {exits}."
@@ -140,8 +186,9 @@ def _exits(lay: Layout, state: State) -> list[str]:
         return [_back(lay, state.room)]
     out = [] if state.room == 0 else ["west"]
     alcove = lay.alcove_of(state.room)
-    if alcove:
-        out.append(alcove)
+    fork = lay.fork_of(state.room)
+    if alcove or fork:
+        out.append(alcove or fork[0])
     if state.room < lay.rooms:
         out.append("east")
     return sorted(out, key=EXITS.index)
@@ -152,6 +199,11 @@ def transition(lay: Layout, state: State, action: str) -> tuple[State, bool, boo
     if action in _exits(lay, state):
         if state.alcove:
             return State(state.room, False, state.key), True, False
+        fork = lay.fork_of(state.room)
+        if fork and action == fork[1]:  # the trap
+            return State(state.room, False, state.key, over=True, trapped=True), True, False
+        if fork and action == fork[0]:  # the fork's other way on
+            return State(state.room + 1, False, state.key), True, False
         if action in ("north", "south"):
             return State(state.room, True, state.key), True, False
         step = 1 if action == "east" else -1
@@ -172,7 +224,7 @@ def step_credit(lay: Layout, before: State, after: State) -> float:
     length = shortest_length(lay, before)
     if length is None:
         return 0.0
-    if after.over:  # the door opened (a wrong key cannot reach here: it was fatal earlier)
+    if after.over and not after.trapped:  # the door opened (a wrong key was fatal earlier)
         return float(length - 1)
     then = shortest_length(lay, after)
     return FATAL_CREDIT if then is None else float(length - then - 1)
@@ -188,6 +240,8 @@ class KeyDoorEnv(TextEnv):
     """
 
     env_id: ClassVar[str] = ENV_ID
+    fork_chance: ClassVar[float] = 0.0
+    """Chance of a trap fork per room between the hall and the door (:func:`layout`)."""
     splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
     default_max_turns: ClassVar[int] = MAX_TURNS
     task_id_forms: ClassVar[tuple[str, ...]] = (
@@ -229,7 +283,7 @@ class KeyDoorEnv(TextEnv):
         return self._state
 
     def _start_task(self, task_id: str) -> str:
-        self._layout = layout(self._seed_of(task_id))
+        self._layout = layout(self._seed_of(task_id), self.fork_chance)
         self._state = State()
         self._credit = 0.0
         return render(self._layout, self._state)
@@ -240,6 +294,8 @@ class KeyDoorEnv(TextEnv):
         after, valid, won = transition(lay, before, " ".join(action.lower().split()))
         self._credit = step_credit(lay, before, after)
         self._state = after
+        if after.trapped:
+            return Outcome("You fall into a trap.", 0.0, valid=True, won=False, terminated=True)
         if after.over:
             text = "The door opens." if won else "The key does not fit; the door stays shut."
             return Outcome(text, 1.0 if won else 0.0, valid=True, won=won, terminated=True)
@@ -261,7 +317,7 @@ class KeyDoorEnv(TextEnv):
         return (self._state, self._credit)
 
     def _set_state(self, task_id: str, state: Any) -> None:
-        self._layout = layout(self._seed_of(task_id))
+        self._layout = layout(self._seed_of(task_id), self.fork_chance)
         self._state, self._credit = state
 
     def fields(self, observation: str) -> dict[str, Any]:
@@ -283,8 +339,17 @@ class KeyDoorEnv(TextEnv):
         return ResetNeededError("call reset() before reading the layout")
 
 
+class KeyDoorTrapsEnv(KeyDoorEnv):
+    """KeyDoor with trap forks (module docstring): in a fork room one of the two ways on is
+    marked ``(trap)`` and ends the episode unrewarded; the other leads to the next room."""
+
+    env_id: ClassVar[str] = TRAPS_ENV_ID
+    fork_chance: ClassVar[float] = FORK_CHANCE
+
+
 class KeyDoorExpert(Expert):
-    """Takes the sign's key, walks east (never into an alcove) and opens the door."""
+    """Takes the sign's key, walks east (never into an alcove; at a fork, the way on that is not
+    the trap) and opens the door."""
 
     env_id = ENV_ID
 
@@ -296,6 +361,16 @@ class KeyDoorExpert(Expert):
             if state.room > 0:
                 return ExpertDecision("west", "The keys are in the hall.")
             return ExpertDecision(f"take {lay.door}", f"The sign names the {lay.door} door.")
+        fork = lay.fork_of(state.room)
+        if fork:
+            way = fork[0] if fork[1] == "east" else "east"
+            return ExpertDecision(way, f"The {fork[1]} exit is a trap.")
         if state.room < lay.rooms:
             return ExpertDecision("east", "The door is further east.")
         return ExpertDecision("open door", "I hold the sign's key.")
+
+
+class KeyDoorTrapsExpert(KeyDoorExpert):
+    """:class:`KeyDoorExpert` for KeyDoor-traps-v0."""
+
+    env_id = TRAPS_ENV_ID

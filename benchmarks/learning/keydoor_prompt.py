@@ -11,7 +11,19 @@ from typing import Any
 from agentenvs.agents.parsing import ReplyFormat
 from agentenvs.agents.prompts.base import EnvPrompt, PastStep, history_text
 
-__all__ = ["HISTORY", "PROMPT", "PROMPTS", "PROTOCOLS", "PROTOCOL_NAME", "render_keydoor", "setup"]
+__all__ = [
+    "HISTORY",
+    "PROMPT",
+    "PROMPTS",
+    "PROTOCOLS",
+    "PROTOCOL_NAME",
+    "TRAPS_PROMPTS",
+    "TRAPS_PROTOCOLS",
+    "TRAPS_PROTOCOL_NAME",
+    "render_keydoor",
+    "render_keydoor_traps",
+    "setup",
+]
 
 HISTORY = 2
 """Steps of history in the prompt (verl-agent's Sokoban window)."""
@@ -22,6 +34,9 @@ some keys; the door is in the last room to the east. Only the key of the sign's 
 door, and once you take a key the other keys crumble, so read the sign before you take one.
 Actions: east, west, north, south (move through an exit), take <colour> (take a key in the hall),
 open door (in the door's room).
+"""
+
+_TRAPS = """An exit marked (trap) ends the episode without reward: at a fork take the other way on.
 """
 
 _TAIL = """
@@ -54,6 +69,19 @@ def render_keydoor(
     )
 
 
+def render_keydoor_traps(
+    observation: str,
+    info: Mapping[str, Any],
+    past: Sequence[PastStep],
+    task: str,
+    history: int | None,
+) -> str:
+    """The user message of one step of KeyDoor-traps-v0: KeyDoor-v0's with the trap rule added
+    to the instructions."""
+    text = render_keydoor(observation, info, past, task, history)
+    return text.replace(_HEAD, _HEAD + _TRAPS, 1)
+
+
 PROMPT = EnvPrompt(
     "KeyDoor-v0",
     "",
@@ -66,7 +94,7 @@ PROMPT = EnvPrompt(
 )
 
 
-def setup() -> Any:
+def setup(env_id: str = "KeyDoor-v0", prompt: str = "keydoor") -> Any:
     """The protocol setup (the ``ptgpo`` protocol's shape: template prompt, groups, temperature
     1 in training; no invalid-action penalty, the reward stays sparse and terminal)."""
     from agentenvs.agents.protocols import EnvProtocol, Sampling
@@ -74,9 +102,9 @@ def setup() -> Any:
 
     sampling = Sampling(1.0, 1.0, 512)
     return EnvProtocol(
-        "KeyDoor-v0",
+        env_id,
         env_kwargs={},
-        prompt="keydoor",
+        prompt=prompt,
         admissible="template",
         parser="tags",
         unparseable="feedback",
@@ -92,7 +120,22 @@ def setup() -> Any:
 PROMPTS = (PROMPT,)
 """KeyDoor-v0's prompts (its plugin's ``prompts``)."""
 
+TRAPS_PROMPTS = (
+    EnvPrompt(
+        "KeyDoor-traps-v0",
+        "",
+        "template",
+        ReplyFormat.TAGS,
+        "east",
+        default_history=HISTORY,
+        render=render_keydoor_traps,
+        name="keydoor-traps",
+    ),
+)
+"""KeyDoor-traps-v0's prompts (its plugin's ``prompts``)."""
+
 PROTOCOL_NAME = "keydoor"
+TRAPS_PROTOCOL_NAME = "keydoor-traps"
 
 
 def _protocols() -> tuple[Any, ...]:
@@ -104,3 +147,15 @@ def _protocols() -> tuple[Any, ...]:
 
 PROTOCOLS = _protocols()
 """KeyDoor-v0's protocol (its plugin's ``protocols``; also its default)."""
+
+
+def _traps_protocols() -> tuple[Any, ...]:
+    from agentenvs.agents.protocols import Protocol
+
+    title = "KeyDoor-traps-v0, the credit testbed with trap forks (agentenvs.benchmarks.learning)"
+    env = setup("KeyDoor-traps-v0", "keydoor-traps")
+    return (Protocol(TRAPS_PROTOCOL_NAME, title, {"KeyDoor-traps-v0": env}),)
+
+
+TRAPS_PROTOCOLS = _traps_protocols()
+"""KeyDoor-traps-v0's protocol (its plugin's ``protocols``; also its default)."""

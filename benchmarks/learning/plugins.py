@@ -1,6 +1,7 @@
 """The learning benchmark's own environments, as environment plugins of this process only.
 
-``KeyDoor-v0`` (the credit testbed, :mod:`agentenvs.benchmarks.learning.keydoor`) and
+``KeyDoor-v0`` (the credit testbed, :mod:`agentenvs.benchmarks.learning.keydoor`),
+``KeyDoor-traps-v0`` (the same with trap forks) and
 ``Sokoban-oracle-v0`` (Sokoban-v0 with the expert's step credit in ``info``,
 :mod:`agentenvs.benchmarks.learning.envs`) are controls of the benchmark, not environments users
 pick, so the agentenvs distribution does not declare them. :func:`register_benchmark_envs` makes
@@ -25,6 +26,7 @@ from agentenvs.plugins import EnvPlugin
 __all__ = [
     "DISTRIBUTION",
     "KEYDOOR",
+    "KEYDOOR_TRAPS",
     "ORACLE_SOKOBAN",
     "register_benchmark_envs",
     "unregister_benchmark_envs",
@@ -42,6 +44,16 @@ KEYDOOR = EnvPlugin(
     splits=("train", "validation", "test"),
 )
 
+KEYDOOR_TRAPS = EnvPlugin(
+    env_id="KeyDoor-traps-v0",
+    env="agentenvs.benchmarks.learning.keydoor:KeyDoorTrapsEnv",
+    expert="agentenvs.benchmarks.learning.keydoor:KeyDoorTrapsExpert",
+    prompts="agentenvs.benchmarks.learning.keydoor_prompt:TRAPS_PROMPTS",
+    protocols="agentenvs.benchmarks.learning.keydoor_prompt:TRAPS_PROTOCOLS",
+    default_protocol="keydoor-traps",
+    splits=("train", "validation", "test"),
+)
+
 ORACLE_SOKOBAN = EnvPlugin(
     env_id="Sokoban-oracle-v0",
     env="agentenvs.benchmarks.learning.envs:SokobanOracleEnv",
@@ -53,12 +65,16 @@ ORACLE_SOKOBAN = EnvPlugin(
 
 _ENTRY_POINTS = "[agentenvs.envs]\n" + "".join(
     f"{p.env_id} = {__name__}:{name}\n"
-    for name, p in (("KEYDOOR", KEYDOOR), ("ORACLE_SOKOBAN", ORACLE_SOKOBAN))
+    for name, p in (
+        ("KEYDOOR", KEYDOOR),
+        ("KEYDOOR_TRAPS", KEYDOOR_TRAPS),
+        ("ORACLE_SOKOBAN", ORACLE_SOKOBAN),
+    )
 )
 
 
 class _BenchmarkDistribution(importlib.metadata.Distribution):
-    """A distribution of this process that declares the two plugins' entry points."""
+    """A distribution of this process that declares the plugins' entry points."""
 
     def read_text(self, filename: str) -> str | None:
         if filename == "METADATA":
@@ -84,21 +100,22 @@ class _BenchmarkFinder(importlib.abc.MetaPathFinder):
 
 
 def register_benchmark_envs() -> None:
-    """Make ``KeyDoor-v0`` and ``Sokoban-oracle-v0`` known in this process (idempotent)."""
+    """Make ``KeyDoor-v0``, ``KeyDoor-traps-v0`` and ``Sokoban-oracle-v0`` known in this
+    process (idempotent)."""
     from agentenvs.plugins import plugins, refresh_plugins
 
     if any(isinstance(f, _BenchmarkFinder) for f in sys.meta_path):
         return
     sys.meta_path.append(_BenchmarkFinder())
     refresh_plugins()
-    missing = {KEYDOOR.env_id, ORACLE_SOKOBAN.env_id} - set(plugins())
+    missing = {KEYDOOR.env_id, KEYDOOR_TRAPS.env_id, ORACLE_SOKOBAN.env_id} - set(plugins())
     if missing:
         raise RuntimeError(f"the benchmark's environments did not register: {sorted(missing)}")
 
 
 def unregister_benchmark_envs() -> None:
-    """Forget the two environments again (a process that ran the benchmark in-process and goes
-    on to other work, such as a test session)."""
+    """Forget the benchmark's environments again (a process that ran the benchmark in-process
+    and goes on to other work, such as a test session)."""
     from agentenvs.plugins import refresh_plugins
 
     finders = [f for f in sys.meta_path if isinstance(f, _BenchmarkFinder)]

@@ -38,7 +38,11 @@ like ``grpo`` (same episode advantage, loss, budget and starts) plus the expert'
 of each action (``info["step_credit"]``, docs/learning-check/oracle-arm.md), a control that shows
 whether a testbed can reveal step credit at all."""
 
-ORACLE_ENVS = {"Sokoban-v0": "Sokoban-oracle-v0", "KeyDoor-v0": "KeyDoor-v0"}
+ORACLE_ENVS = {
+    "Sokoban-v0": "Sokoban-oracle-v0",
+    "KeyDoor-v0": "KeyDoor-v0",
+    "KeyDoor-traps-v0": "KeyDoor-traps-v0",
+}
 """The environment the ``oracle`` arm trains on: the benchmark's environment whose steps report
 the expert's credit (the same tasks, observations and rewards)."""
 
@@ -203,6 +207,16 @@ PRESETS: dict[str, BenchSettings] = {
     "keydoor": BenchSettings(**KEYDOOR),
     "keydoor-validation": BenchSettings(
         **{**KEYDOOR, "arms": ("sft", "random", "grpo", "oracle"), "eval_split": "validation"}
+    ),
+    # the same on KeyDoor-traps-v0 (trap forks after the key: a loss no longer says which
+    # decision lost it; docs/learning-check/keydoor.md)
+    "keydoor-traps-validation": BenchSettings(
+        **{
+            **KEYDOOR,
+            "env_id": "KeyDoor-traps-v0",
+            "arms": ("sft", "random", "grpo", "oracle"),
+            "eval_split": "validation",
+        }
     ),
     # a minute or two: every stage, two seeds, two RL arms, tiny shapes (make test)
     "smoke": BenchSettings(
