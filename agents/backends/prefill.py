@@ -47,6 +47,11 @@ class PrefillMixin(BasesMixin):
 
     share_prefix: bool
     rowwise_prefill: bool
+    share_identical_rows: bool = True
+    """Row-wise prefill: run a prompt once for the rows that have it with the same base
+    (:meth:`_row_passes`); the same outputs either way (False: every row its own pass)."""
+    shared_row_passes: int = 0
+    """Rows that took an identical earlier row's pass instead of their own."""
 
     def _prefill(
         self, prompts: Sequence[Sequence[int]], bases: list[Base], max_new_tokens: int
@@ -99,11 +104,37 @@ class PrefillMixin(BasesMixin):
             ]
             logits = self._packed_passes(buffers, pieces)
         else:
-            logits = [
-                self._row_pass(prompt, base, row, buffers, width)
-                for row, (prompt, base) in enumerate(zip(prompts, bases, strict=True))
-            ]
+            logits = self._row_passes(prompts, bases, buffers, width)
         return self._prefilled(torch.cat(logits, dim=0), buffers, lengths, width)
+
+    def _row_passes(
+        self, prompts: Sequence[Sequence[int]], bases: list[Base], buffers: Layers, width: int
+    ) -> list[Any]:
+        """Every row's :meth:`_row_pass` (its last logits, in order). With
+        ``share_identical_rows``, a row whose prompt and base equal an earlier row's (the samples
+        of one task while their histories agree) gets that row's new keys, values and logits
+        copied instead of a pass of its own: a pass is a function of the prompt and the base
+        (twins sit at the same offset, so even the memory alignment is the same), so the copy is
+        what its own pass would give, bit for bit (the tests check it)."""
+        logits: list[Any] = []
+        ran: dict[tuple[int, ...], list[int]] = {}
+        for row, (prompt, base) in enumerate(zip(prompts, bases, strict=True)):
+            twin = None
+            if self.share_identical_rows:
+                earlier = ran.setdefault(tuple(prompt), [])
+                twin = next((r for r in earlier if _same_base(bases[r], base)), None)
+            if twin is None:
+                logits.append(self._row_pass(prompt, base, row, buffers, width))
+                if self.share_identical_rows:
+                    earlier.append(row)
+                continue
+            start = width - len(prompt)
+            for kb, vb in buffers:
+                kb[row, :, start:width] = kb[twin, :, start:width]
+                vb[row, :, start:width] = vb[twin, :, start:width]
+            logits.append(logits[twin])
+            self.shared_row_passes += 1
+        return logits
 
     def _row_pass(
         self, prompt: Sequence[int], base: Base, row: int, buffers: Layers, width: int
@@ -223,6 +254,20 @@ class PrefillMixin(BasesMixin):
             **self._keep_last,
         )
         return out, attention_mask, position_ids
+
+
+def _same_base(a: Base, b: Base) -> bool:
+    """Whether two rows' bases hold the same keys and values (the same object, or equal)."""
+    import torch
+
+    if a[1] != b[1] or a[0] is b[0]:
+        return a[1] == b[1]
+    if a[0] is None or b[0] is None:
+        return False
+    return all(
+        torch.equal(ka, kb) and torch.equal(va, vb)
+        for (ka, va), (kb, vb) in zip(a[0], b[0], strict=True)
+    )
 
 
 ALIGN = 64  # positions: with the engine, rows end at a multiple of this (aligned_width)
