@@ -31,7 +31,12 @@ other leads to the next room; the trap ends the episode with reward 0, and enter
 decision lost it (the key or a fork), while the step credit does; the layouts' keys, doors,
 rooms and alcoves are KeyDoor-v0's wherever a room is not a fork.
 
-Both are registered in the process that runs the learning benchmark
+``KeyDoor-hidden-traps-v0`` (:class:`KeyDoorHiddenTrapsEnv`) has forks with chance
+:data:`HIDDEN_FORK_CHANCE` and does not mark the trap: a fork reads like an alcove room
+(``Exits: west, north, east.``), so on an unseen layout a policy can only guess, and the outcome
+after the sign's key depends on later guesses the key did not cause. The expert knows the layout.
+
+All three are registered in the process that runs the learning benchmark
 (:mod:`agentenvs.benchmarks.learning.plugins`), not in the package's list of environments.
 """
 
@@ -49,10 +54,14 @@ __all__ = [
     "COLORS",
     "ENV_ID",
     "FORK_CHANCE",
+    "HIDDEN_FORK_CHANCE",
+    "HIDDEN_TRAPS_ENV_ID",
     "HELD_OUT_PAIRS",
     "MAX_TURNS",
     "KeyDoorEnv",
     "KeyDoorExpert",
+    "KeyDoorHiddenTrapsEnv",
+    "KeyDoorHiddenTrapsExpert",
     "KeyDoorTrapsEnv",
     "KeyDoorTrapsExpert",
     "Layout",
@@ -68,6 +77,11 @@ FORK_CHANCE = 0.5
 """KeyDoor-traps-v0: the chance that a room between the hall and the door is a trap fork. At
 0.5 a layout has 1.5-3.5 forks on average (4-8 rooms), so a policy that reads the sign still
 loses to a fork it misreads, and a random walker rarely gets through."""
+HIDDEN_TRAPS_ENV_ID = "KeyDoor-hidden-traps-v0"
+HIDDEN_FORK_CHANCE = 0.25
+"""KeyDoor-hidden-traps-v0: the chance of an unmarked trap fork per room. A walker that guesses
+each fork survives a layout with chance (1 - 0.25 / 2) ** (rooms - 1), 0.51 at the mean 5: about
+half the episodes that took the sign's key are lost at a fork."""
 MAX_TURNS = 20
 """The turn limit: about twice the longest expert episode (10 turns), the horizon of the
 key-to-door tasks credit assignment is tested on."""
@@ -161,14 +175,14 @@ def shortest_length(lay: Layout, state: State) -> int | None:
     return back + (lay.rooms - state.room) + 1
 
 
-def render(lay: Layout, state: State) -> str:
+def render(lay: Layout, state: State, marked: bool = True) -> str:
     """The observation of ``state`` (short; the sign only in the hall; a fork's trapped exit
-    marked ``(trap)``)."""
+    marked ``(trap)`` where ``marked``)."""
     held = f"You hold the {state.key} key." if state.key else "You hold no key."
     if state.alcove:
         return f"Alcove of room {state.room}. {held} Exits: {_back(lay, state.room)}."
     fork = lay.fork_of(state.room)
-    trap = fork[1] if fork else None
+    trap = fork[1] if fork and marked else None
     exits = ", ".join(e + (" (trap)" if e == trap else "") for e in _exits(lay, state))
     if state.room == 0:
         keys = "none" if state.key else ", ".join(lay.keys)
@@ -242,6 +256,8 @@ class KeyDoorEnv(TextEnv):
     env_id: ClassVar[str] = ENV_ID
     fork_chance: ClassVar[float] = 0.0
     """Chance of a trap fork per room between the hall and the door (:func:`layout`)."""
+    marked: ClassVar[bool] = True
+    """Whether a fork's trapped exit is marked ``(trap)`` in the observation."""
     splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
     default_max_turns: ClassVar[int] = MAX_TURNS
     task_id_forms: ClassVar[tuple[str, ...]] = (
@@ -286,7 +302,7 @@ class KeyDoorEnv(TextEnv):
         self._layout = layout(self._seed_of(task_id), self.fork_chance)
         self._state = State()
         self._credit = 0.0
-        return render(self._layout, self._state)
+        return render(self._layout, self._state, self.marked)
 
     def _apply(self, action: str) -> Outcome:
         lay = self.layout
@@ -299,7 +315,7 @@ class KeyDoorEnv(TextEnv):
         if after.over:
             text = "The door opens." if won else "The key does not fit; the door stays shut."
             return Outcome(text, 1.0 if won else 0.0, valid=True, won=won, terminated=True)
-        return Outcome(render(lay, after), 0.0, valid=valid)
+        return Outcome(render(lay, after, self.marked), 0.0, valid=valid)
 
     def _admissible_actions(self) -> list[str]:
         state, lay = self._state, self.layout
@@ -347,6 +363,16 @@ class KeyDoorTrapsEnv(KeyDoorEnv):
     fork_chance: ClassVar[float] = FORK_CHANCE
 
 
+class KeyDoorHiddenTrapsEnv(KeyDoorEnv):
+    """KeyDoor with unmarked trap forks (module docstring): a fork looks like an alcove room, so
+    on a layout it has not seen a policy guesses, and a loss after the sign's key is chance the
+    key did not cause; the expert knows the layout and avoids them."""
+
+    env_id: ClassVar[str] = HIDDEN_TRAPS_ENV_ID
+    fork_chance: ClassVar[float] = HIDDEN_FORK_CHANCE
+    marked: ClassVar[bool] = False
+
+
 class KeyDoorExpert(Expert):
     """Takes the sign's key, walks east (never into an alcove; at a fork, the way on that is not
     the trap) and opens the door."""
@@ -374,3 +400,10 @@ class KeyDoorTrapsExpert(KeyDoorExpert):
     """:class:`KeyDoorExpert` for KeyDoor-traps-v0."""
 
     env_id = TRAPS_ENV_ID
+
+
+class KeyDoorHiddenTrapsExpert(KeyDoorExpert):
+    """:class:`KeyDoorExpert` for KeyDoor-hidden-traps-v0 (it reads the layout, not the
+    observation)."""
+
+    env_id = HIDDEN_TRAPS_ENV_ID

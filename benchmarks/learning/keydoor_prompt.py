@@ -12,6 +12,9 @@ from agentenvs.agents.parsing import ReplyFormat
 from agentenvs.agents.prompts.base import EnvPrompt, PastStep, history_text
 
 __all__ = [
+    "HIDDEN_TRAPS_PROMPTS",
+    "HIDDEN_TRAPS_PROTOCOLS",
+    "HIDDEN_TRAPS_PROTOCOL_NAME",
     "HISTORY",
     "PROMPT",
     "PROMPTS",
@@ -21,6 +24,7 @@ __all__ = [
     "TRAPS_PROTOCOLS",
     "TRAPS_PROTOCOL_NAME",
     "render_keydoor",
+    "render_keydoor_hidden_traps",
     "render_keydoor_traps",
     "setup",
 ]
@@ -37,6 +41,9 @@ open door (in the door's room).
 """
 
 _TRAPS = """An exit marked (trap) ends the episode without reward: at a fork take the other way on.
+"""
+
+_HIDDEN_TRAPS = """Some ways on are traps that end the episode without reward; they are not marked.
 """
 
 _TAIL = """
@@ -80,6 +87,19 @@ def render_keydoor_traps(
     to the instructions."""
     text = render_keydoor(observation, info, past, task, history)
     return text.replace(_HEAD, _HEAD + _TRAPS, 1)
+
+
+def render_keydoor_hidden_traps(
+    observation: str,
+    info: Mapping[str, Any],
+    past: Sequence[PastStep],
+    task: str,
+    history: int | None,
+) -> str:
+    """The user message of one step of KeyDoor-hidden-traps-v0: KeyDoor-v0's with a line that
+    says unmarked traps exist."""
+    text = render_keydoor(observation, info, past, task, history)
+    return text.replace(_HEAD, _HEAD + _HIDDEN_TRAPS, 1)
 
 
 PROMPT = EnvPrompt(
@@ -134,8 +154,23 @@ TRAPS_PROMPTS = (
 )
 """KeyDoor-traps-v0's prompts (its plugin's ``prompts``)."""
 
+HIDDEN_TRAPS_PROMPTS = (
+    EnvPrompt(
+        "KeyDoor-hidden-traps-v0",
+        "",
+        "template",
+        ReplyFormat.TAGS,
+        "east",
+        default_history=HISTORY,
+        render=render_keydoor_hidden_traps,
+        name="keydoor-hidden-traps",
+    ),
+)
+"""KeyDoor-hidden-traps-v0's prompts (its plugin's ``prompts``)."""
+
 PROTOCOL_NAME = "keydoor"
 TRAPS_PROTOCOL_NAME = "keydoor-traps"
+HIDDEN_TRAPS_PROTOCOL_NAME = "keydoor-hidden-traps"
 
 
 def _protocols() -> tuple[Any, ...]:
@@ -159,3 +194,15 @@ def _traps_protocols() -> tuple[Any, ...]:
 
 TRAPS_PROTOCOLS = _traps_protocols()
 """KeyDoor-traps-v0's protocol (its plugin's ``protocols``; also its default)."""
+
+
+def _hidden_traps_protocols() -> tuple[Any, ...]:
+    from agentenvs.agents.protocols import Protocol
+
+    title = "KeyDoor-hidden-traps-v0, the credit testbed with unmarked trap forks"
+    env = setup("KeyDoor-hidden-traps-v0", "keydoor-hidden-traps")
+    return (Protocol(HIDDEN_TRAPS_PROTOCOL_NAME, title, {"KeyDoor-hidden-traps-v0": env}),)
+
+
+HIDDEN_TRAPS_PROTOCOLS = _hidden_traps_protocols()
+"""KeyDoor-hidden-traps-v0's protocol (its plugin's ``protocols``; also its default)."""

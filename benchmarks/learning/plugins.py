@@ -1,7 +1,8 @@
 """The learning benchmark's own environments, as environment plugins of this process only.
 
 ``KeyDoor-v0`` (the credit testbed, :mod:`agentenvs.benchmarks.learning.keydoor`),
-``KeyDoor-traps-v0`` (the same with trap forks) and
+``KeyDoor-traps-v0`` and ``KeyDoor-hidden-traps-v0`` (the same with marked or unmarked trap
+forks) and
 ``Sokoban-oracle-v0`` (Sokoban-v0 with the expert's step credit in ``info``,
 :mod:`agentenvs.benchmarks.learning.envs`) are controls of the benchmark, not environments users
 pick, so the agentenvs distribution does not declare them. :func:`register_benchmark_envs` makes
@@ -26,6 +27,7 @@ from agentenvs.plugins import EnvPlugin
 __all__ = [
     "DISTRIBUTION",
     "KEYDOOR",
+    "KEYDOOR_HIDDEN_TRAPS",
     "KEYDOOR_TRAPS",
     "ORACLE_SOKOBAN",
     "register_benchmark_envs",
@@ -54,6 +56,16 @@ KEYDOOR_TRAPS = EnvPlugin(
     splits=("train", "validation", "test"),
 )
 
+KEYDOOR_HIDDEN_TRAPS = EnvPlugin(
+    env_id="KeyDoor-hidden-traps-v0",
+    env="agentenvs.benchmarks.learning.keydoor:KeyDoorHiddenTrapsEnv",
+    expert="agentenvs.benchmarks.learning.keydoor:KeyDoorHiddenTrapsExpert",
+    prompts="agentenvs.benchmarks.learning.keydoor_prompt:HIDDEN_TRAPS_PROMPTS",
+    protocols="agentenvs.benchmarks.learning.keydoor_prompt:HIDDEN_TRAPS_PROTOCOLS",
+    default_protocol="keydoor-hidden-traps",
+    splits=("train", "validation", "test"),
+)
+
 ORACLE_SOKOBAN = EnvPlugin(
     env_id="Sokoban-oracle-v0",
     env="agentenvs.benchmarks.learning.envs:SokobanOracleEnv",
@@ -68,6 +80,7 @@ _ENTRY_POINTS = "[agentenvs.envs]\n" + "".join(
     for name, p in (
         ("KEYDOOR", KEYDOOR),
         ("KEYDOOR_TRAPS", KEYDOOR_TRAPS),
+        ("KEYDOOR_HIDDEN_TRAPS", KEYDOOR_HIDDEN_TRAPS),
         ("ORACLE_SOKOBAN", ORACLE_SOKOBAN),
     )
 )
@@ -100,15 +113,16 @@ class _BenchmarkFinder(importlib.abc.MetaPathFinder):
 
 
 def register_benchmark_envs() -> None:
-    """Make ``KeyDoor-v0``, ``KeyDoor-traps-v0`` and ``Sokoban-oracle-v0`` known in this
-    process (idempotent)."""
+    """Make the benchmark's environments (``KeyDoor-v0`` and its trap variants,
+    ``Sokoban-oracle-v0``) known in this process (idempotent)."""
     from agentenvs.plugins import plugins, refresh_plugins
 
     if any(isinstance(f, _BenchmarkFinder) for f in sys.meta_path):
         return
     sys.meta_path.append(_BenchmarkFinder())
     refresh_plugins()
-    missing = {KEYDOOR.env_id, KEYDOOR_TRAPS.env_id, ORACLE_SOKOBAN.env_id} - set(plugins())
+    ours = (KEYDOOR, KEYDOOR_TRAPS, KEYDOOR_HIDDEN_TRAPS, ORACLE_SOKOBAN)
+    missing = {p.env_id for p in ours} - set(plugins())
     if missing:
         raise RuntimeError(f"the benchmark's environments did not register: {sorted(missing)}")
 

@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluated_on(summary: Mapping[str, Any]) -> str:
     if summary.get("eval_split", "test") == "validation":
-        if summary.get("env_id") in ("KeyDoor-v0", "KeyDoor-traps-v0"):
+        if str(summary.get("env_id", "")).startswith("KeyDoor-"):
             return "validation tasks (the validation split; not the test split)"
         return "validation tasks (train split, after the training tasks; not the test split)"
     held_apart = len(summary.get("validation_task_ids") or [])

@@ -42,6 +42,7 @@ ORACLE_ENVS = {
     "Sokoban-v0": "Sokoban-oracle-v0",
     "KeyDoor-v0": "KeyDoor-v0",
     "KeyDoor-traps-v0": "KeyDoor-traps-v0",
+    "KeyDoor-hidden-traps-v0": "KeyDoor-hidden-traps-v0",
 }
 """The environment the ``oracle`` arm trains on: the benchmark's environment whose steps report
 the expert's credit (the same tasks, observations and rewards)."""
@@ -214,6 +215,16 @@ PRESETS: dict[str, BenchSettings] = {
         **{
             **KEYDOOR,
             "env_id": "KeyDoor-traps-v0",
+            "arms": ("sft", "random", "grpo", "oracle"),
+            "eval_split": "validation",
+        }
+    ),
+    # and on KeyDoor-hidden-traps-v0 (unmarked trap forks: a loss after the sign's key is
+    # chance the key did not cause)
+    "keydoor-hidden-traps-validation": BenchSettings(
+        **{
+            **KEYDOOR,
+            "env_id": "KeyDoor-hidden-traps-v0",
             "arms": ("sft", "random", "grpo", "oracle"),
             "eval_split": "validation",
         }

@@ -145,3 +145,35 @@ def test_registered_plugin_preset_and_prompt():
     settings = preset("keydoor-traps-validation")
     assert settings.env_id == "KeyDoor-traps-v0" and settings.eval_split == "validation"
     assert rl_env_id(settings, "oracle") == "KeyDoor-traps-v0"
+
+
+def test_hidden_traps_are_unmarked_fatal_and_the_expert_avoids_them():
+    from agentenvs.benchmarks.learning.keydoor import (
+        HIDDEN_FORK_CHANCE,
+        KeyDoorHiddenTrapsEnv,
+        KeyDoorHiddenTrapsExpert,
+    )
+
+    env = KeyDoorHiddenTrapsEnv()
+    forks = 0
+    for task in env.task_ids("validation")[:40] + env.task_ids("train")[:40]:
+        observation, _ = env.reset(options={"task_id": task})
+        lay = env.layout
+        assert lay == layout(int(task.split("/")[1]), HIDDEN_FORK_CHANCE)
+        forks += len(lay.forks)
+        expert = KeyDoorHiddenTrapsExpert()
+        while not env.done:
+            observation, *_ = env.step(expert.act(env).action)
+            assert "trap" not in observation
+        assert env.won
+        if lay.forks:  # the trap of the first fork, with the sign's key: lost, fatal
+            room, side, trap = lay.forks[0]
+            env.reset(options={"task_id": task})
+            steps = [env.step(a) for a in [f"take {lay.door}"] + ["east"] * room]
+            seen = steps[-1][0]
+            assert "(trap)" not in seen and f"{side}, east, west" in seen
+            assert [s[4]["step_credit"] for s in steps] == [0.0] * (room + 1)
+            observation, reward, terminated, _, info = env.step(trap)
+            assert (reward, terminated, info["step_credit"]) == (0.0, True, FATAL_CREDIT)
+            check_contract(KeyDoorHiddenTrapsEnv(), task, [f"take {lay.door}"] + ["east"] * room)
+    assert 60 <= forks <= 140  # about 1.25 a layout at HIDDEN_FORK_CHANCE 0.25 (88 here)
