@@ -49,21 +49,3 @@ def test_rows_sharing_a_pass_give_every_rows_own_outputs_bit_for_bit(tiny_model_
     assert [g[0] for g in got] == [w[0] for w in want]
     assert [g[1] for g in got] == [w[1] for w in want]  # float equality, not a tolerance
     assert shared.cache_stats is not None and shared.cache_stats.rows_reusing > 0
-
-
-def test_rows_with_the_same_prompt_but_other_bases_run_their_own_pass(tiny_model_dir) -> None:
-    """Twins only when the bases hold the same keys: here row 1's base (its episode's cache)
-    covers part of the prompt and row 0 has none, so each runs its own pass."""
-    policy = TransformersPolicy.with_options(
-        str(tiny_model_dir), device="cpu", dtype="float32", share_prefix=False
-    )
-    policy.generate([CONVERSATIONS[0]], SAMPLING, keys=["a"])
-    first = policy.generate([CONVERSATIONS[0]], SAMPLING, keys=["a"])[0]
-    long_prompt = [
-        *CONVERSATIONS[0],
-        {"role": "assistant", "content": first.text},
-        {"role": "user", "content": "Go on."},
-    ]
-    policy.shared_row_passes = 0
-    policy.generate([long_prompt, long_prompt], SAMPLING, keys=["b", "a"])
-    assert policy.shared_row_passes == 0
