@@ -5,9 +5,10 @@
     python -m agentenvs.benchmarks.speed.serve_scale --write-doc docs/serving.md
 
 OpenEnv's method: WebSocket sessions, the figure the largest number of concurrent sessions still
-at >= 95% success. Here, at each level L (``--levels``, default 256, 1,024, 4,096, 16,384) L
+at >= 95% success. Here, at each level L (``--levels``, default 256, 1,024, 4,096, 16,384, 32,768) L
 sessions open, spread evenly over ``L / --ramp-rate`` seconds; each resets (the task
-``agentgym/<i % 100>``, ALFWorld ``agentgym/<2420 + i % 200>``) and then steps
+``agentgym/<i % 100>``, ALFWorld ``agentgym/<2420 + (i // 8) % 200>``, each game 8 times
+at once as a GRPO group plays it) and then steps
 (``inventory``, ``look``) every ``--think`` seconds (10 s by default, an LLM's turn) until every
 session of the level is open and has stepped ``--steps`` more times, so all L are live at once;
 then each closes. A session succeeds when every one of its requests was answered without error
@@ -31,13 +32,13 @@ In the same run, ``openenv`` (OpenEnv's own server, installed in a scratch venv 
 repository, ``--openenv-python``) serves a trivial environment of its own (one instance per
 session, each step answers at once) through ``/ws`` to the same client, as one uvicorn process
 with OpenEnv's defaults. A level below 50% success ends that series. The benchmark process
-raises its own open-file limit to its hard limit; nothing system-wide changes.
+raises its own open-file limit (which its children inherit): to 4 per session of the largest
+level where it may raise its hard limit, else to the hard limit; nothing system-wide changes.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import json
 import os
@@ -50,6 +51,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentenvs.benchmarks.speed.serve_scale_clients import (
+    V1,
+    client_processes,
+    raise_fd_limit,
+    run_clients,
+)
 from agentenvs.benchmarks.speed.serve_scale_limits import (
     ALFWORLD_MEMORY_BUDGET,
     ALFWORLD_SESSION_BYTES,
@@ -57,10 +64,9 @@ from agentenvs.benchmarks.speed.serve_scale_limits import (
 
 __all__ = ["LevelResult", "main", "run_level"]
 
-DEFAULT_LEVELS = (256, 1024, 4096, 16384)
+DEFAULT_LEVELS = (256, 1024, 4096, 16384, 32768)
 STOP_BELOW = 0.5
 """A series stops after a level below this success rate (the next levels only fail more)."""
-V1 = "/agentenvs/v1"
 
 OPENENV_SERVER = """
 import sys, uvicorn
@@ -109,20 +115,9 @@ class LevelResult:
     """CPU of the server's workers, its proxy and the client, per request of the level."""
     errors: dict[str, int] = field(default_factory=dict)
     ws_left_open: int | None = None
-
-
-@dataclass
-class _Tally:
-    latencies: list[float] = field(default_factory=list)
-    requests: int = 0
-    failed: set[int] = field(default_factory=set)
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def fail(self, why: str, *sessions: int) -> None:
-        """Sessions ``sessions`` failed because of ``why``."""
-        self.failed.update(sessions)
-        key = why[:100]
-        self.errors[key] = self.errors.get(key, 0) + 1
+    p99_after_ramp_ms: float | None = None
+    """p99 of the requests sent after the last session of the level opened."""
+    client_processes: int = 1
 
 
 # ----- servers -------------------------------------------------------------------------------
@@ -217,191 +212,6 @@ def openenv_server(python: str, max_sessions: int, directory: Path) -> Server:
     return Server([python, str(script), str(port), str(max_sessions)], port, "/health")
 
 
-# ----- sessions ------------------------------------------------------------------------------
-
-
-def _task(env_id: str, i: int) -> str:
-    return f"agentgym/{2420 + i % 200}" if env_id == "ALFWorld-v0" else f"agentgym/{i % 100}"
-
-
-ACTIONS = ("inventory", "look")
-
-
-async def _timed(tally: _Tally, call: Any, timeout: float) -> Any:
-    start = time.perf_counter()
-    answer = await asyncio.wait_for(call, timeout)
-    tally.latencies.append(time.perf_counter() - start)
-    tally.requests += 1
-    return answer
-
-
-async def ws_session(
-    url: str, env_id: str | None, i: int, hold: Any, args: Any, tally: _Tally
-) -> None:
-    from websockets.asyncio.client import connect
-
-    ws_url = url.replace("http://", "ws://") + "/ws"
-    try:
-        ws = await asyncio.wait_for(
-            connect(ws_url, ping_interval=None, max_size=None, open_timeout=args.timeout),
-            args.timeout,
-        )
-    except Exception as exc:
-        tally.fail(f"connect: {type(exc).__name__}: {exc}", i)
-        return
-    try:
-        data = {"task_id": _task(env_id, i)} if env_id else {}
-
-        async def ask(message: dict[str, Any]) -> None:
-            await ws.send(json.dumps(message))
-            answer = json.loads(await ws.recv())
-            if answer.get("type") == "error":
-                raise RuntimeError(answer.get("data", {}).get("message", "error"))
-
-        await _timed(tally, ask({"type": "reset", "data": data}), args.timeout)
-        turn = 0
-        while True:
-            await asyncio.sleep(args.think)
-            await _timed(
-                tally, ask({"type": "step", "data": {"action": ACTIONS[turn % 2]}}), args.timeout
-            )
-            turn += 1
-            if hold(turn):
-                break
-        if i % args.drop_every == args.drop_every - 1:
-            ws.transport.abort()  # a client that vanishes mid-episode
-        else:
-            await ws.close()
-    except Exception as exc:
-        tally.fail(f"{type(exc).__name__}: {exc}", i)
-        ws.transport.abort()
-
-
-async def _post(client: Any, url: str, body: dict[str, Any], headers: Any = None) -> Any:
-    async with client.post(url, json=body, headers=headers) as r:
-        payload = await r.json(content_type=None)
-        if r.status != 200:
-            raise RuntimeError(f"{r.status} {payload.get('error', payload)}")
-        return payload
-
-
-async def native_session(
-    client: Any, url: str, env_id: str, i: int, hold: Any, args: Any, tally: _Tally
-) -> None:
-    try:
-        sid = (await _timed(tally, _post(client, url + V1 + "/sessions", {}), args.timeout))[
-            "session"
-        ]
-        reset = {"session": sid, "task_id": _task(env_id, i)}
-        await _timed(tally, _post(client, url + V1 + "/reset", reset), args.timeout)
-        turn = 0
-        while True:
-            await asyncio.sleep(args.think)
-            step = {"session": sid, "action": ACTIONS[turn % 2]}
-            await _timed(tally, _post(client, url + V1 + "/step", step), args.timeout)
-            turn += 1
-            if hold(turn):
-                break
-        await _timed(tally, _post(client, url + V1 + "/close", {"session": sid}), args.timeout)
-    except Exception as exc:
-        tally.fail(f"{type(exc).__name__}: {exc}", i)
-
-
-async def batch_group(
-    client: Any, url: str, env_id: str, first: int, size: int, hold: Any, args: Any, tally: _Tally
-) -> None:
-    """``size`` sessions stepped together; each failed item fails its session."""
-    from agentenvs.serve.proxy import AFFINITY_HEADER
-
-    headers = {AFFINITY_HEADER: f"group-{first}"}
-    try:
-        sids = []
-        for _ in range(size):
-            answer = await _timed(
-                tally, _post(client, url + V1 + "/sessions", {}, headers), args.timeout
-            )
-            sids.append(answer["session"])
-        body = {
-            "resets": [
-                {"session": s, "task_id": _task(env_id, first + k)} for k, s in enumerate(sids)
-            ]
-        }
-        answer = await _timed(tally, _post(client, url + V1 + "/reset_batch", body), args.timeout)
-        index = {s: first + k for k, s in enumerate(sids)}
-        live = [s for s, r in zip(sids, answer["results"], strict=True) if r["status"] == 200]
-        for s, r in zip(sids, answer["results"], strict=True):
-            if r["status"] != 200:
-                tally.fail(f"reset item {r['status']} {r['error']['type']}", index[s])
-        turn = 0
-        while live:
-            await asyncio.sleep(args.think)
-            body = {"steps": [{"session": s, "action": ACTIONS[turn % 2]} for s in live]}
-            answer = await _timed(
-                tally, _post(client, url + V1 + "/step_batch", body), args.timeout
-            )
-            ok = []
-            for s, r in zip(live, answer["results"], strict=True):
-                if r["status"] == 200:
-                    ok.append(s)
-                else:
-                    tally.fail(f"step item {r['status']} {r['error']['type']}", index[s])
-            live = ok
-            turn += 1
-            if hold(turn):
-                break
-        for s in live:
-            await _timed(tally, _post(client, url + V1 + "/close", {"session": s}), args.timeout)
-    except Exception as exc:  # the request failed: every session of the group with it
-        tally.fail(f"{type(exc).__name__}: {exc}", *range(first, first + size))
-
-
-# ----- levels --------------------------------------------------------------------------------
-
-
-async def _run_sessions(
-    transport: str, url: str, env_id: str | None, n: int, args: Any, tally: _Tally, ramp_rate: float
-) -> None:
-    ramp = n / ramp_rate
-    start = time.monotonic()
-    ramp_end = start + ramp
-
-    def hold(turn: int) -> bool:
-        """Whether a session that has stepped ``turn`` times is done: every session of the
-        level is open, and it stepped ``--steps`` times since."""
-        return turn >= args.steps and time.monotonic() >= ramp_end + (args.steps - 1) * args.think
-
-    async def later(delay: float, coro: Any) -> None:
-        await asyncio.sleep(delay)
-        await coro
-
-    tasks = []
-    client = None
-    if transport == "ws":
-        for i in range(n):
-            tasks.append(later(i / ramp_rate, ws_session(url, env_id, i, hold, args, tally)))
-    else:
-        import aiohttp
-
-        client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=args.http_connections),
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
-        if transport == "native":
-            for i in range(n):
-                coro = native_session(client, url, env_id, i, hold, args, tally)
-                tasks.append(later(i / ramp_rate, coro))
-        else:
-            for first in range(0, n, args.batch):
-                size = min(args.batch, n - first)
-                coro = batch_group(client, url, env_id, first, size, hold, args, tally)
-                tasks.append(later(first / ramp_rate, coro))
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        if client is not None:
-            await client.close()
-
-
 def run_level(
     series: str,
     transport: str,
@@ -415,7 +225,6 @@ def run_level(
     """One level: ``n`` sessions over ``transport``; the server's RSS sampled every second."""
     import threading
 
-    tally = _Tally()
     peak = [0]
     done = threading.Event()
 
@@ -425,14 +234,13 @@ def run_level(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    start = time.monotonic()
-    cpu_before, client_before = server.cpu_seconds(), _own_cpu()
-    asyncio.run(_run_sessions(transport, server.url, env_id, n, args, tally, ramp_rate))
+    cpu_before = server.cpu_seconds()
+    tally, client_cpu, start = run_clients(transport, server.url, env_id, n, args, ramp_rate)
     wall = time.monotonic() - start
-    cpu_after, client_after = server.cpu_seconds(), _own_cpu()
+    cpu_after = server.cpu_seconds()
     per = 1000 / max(tally.requests, 1)
     cpu = {k: round((cpu_after[k] - cpu_before[k]) * per, 3) for k in cpu_after}
-    cpu["client"] = round((client_after - client_before) * per, 3)
+    cpu["client"] = round(client_cpu * per, 3)
     done.set()
     sampler.join()
     left = None
@@ -440,24 +248,30 @@ def run_level(
         time.sleep(5)
         left = server.ws_sessions()
     lat = sorted(tally.latencies) or [float("nan")]
+    ramp_end = start + n / ramp_rate
+    after = sorted(x for x, t in zip(tally.latencies, tally.starts, strict=True) if t >= ramp_end)
     return LevelResult(
         series=series,
         sessions=n,
         success=round(1 - len(tally.failed) / n, 4),
         p50_ms=round(lat[len(lat) // 2] * 1000, 1),
-        p99_ms=round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 1),
+        p99_ms=_p99_ms(lat) or float("nan"),
         requests_per_s=round(tally.requests / wall, 1),
         rss_per_session_kib=round(max(peak[0] - base_rss, 0) / n / 1024, 1) if peak[0] else None,
         wall_s=round(wall, 1),
         cpu_ms_per_request=cpu,
         errors=dict(sorted(tally.errors.items(), key=lambda kv: -kv[1])[:3]),
         ws_left_open=left,
+        p99_after_ramp_ms=_p99_ms(after),
+        client_processes=client_processes(n, resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
     )
 
 
-def _own_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
+def _p99_ms(latencies: list[float]) -> float | None:
+    """The 99th percentile of sorted ``latencies`` (seconds) in ms; None when there are none."""
+    if not latencies:
+        return None
+    return round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 1)
 
 
 def _series(
@@ -480,12 +294,6 @@ def _series(
     return results
 
 
-def _raise_fd_limit() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
-
-
 def _levels_for(env_id: str, levels: list[int]) -> list[int]:
     if env_id != "ALFWorld-v0":
         return levels
@@ -495,7 +303,7 @@ def _levels_for(env_id: str, levels: list[int]) -> list[int]:
 def run(args: Any) -> dict[str, Any]:
     from agentenvs.benchmarks.machine import cpu_model
 
-    hard = _raise_fd_limit()
+    hard = raise_fd_limit(max(args.levels + (args.openenv_levels or [])))
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     load_start = os.getloadavg()
     results: list[LevelResult] = []
@@ -516,10 +324,11 @@ def run(args: Any) -> dict[str, Any]:
                 finally:
                     server.close()
         if args.openenv_python:
-            server = openenv_server(args.openenv_python, max(args.levels) + 64, Path(tmp))
+            levels = args.openenv_levels or args.levels
+            server = openenv_server(args.openenv_python, max(levels) + 64, Path(tmp))
             try:
                 results += _series(
-                    "openenv echo ws", "ws", server, None, args.levels, args, args.ramp_rate
+                    "openenv echo ws", "ws", server, None, levels, args, args.ramp_rate
                 )
             finally:
                 server.close()
@@ -537,7 +346,15 @@ def run(args: Any) -> dict[str, Any]:
         },
         "settings": {
             k: getattr(args, k)
-            for k in ("levels", "think", "steps", "workers", "ramp_rate", "alfworld_ramp_rate")
+            for k in (
+                "levels",
+                "openenv_levels",
+                "think",
+                "steps",
+                "workers",
+                "ramp_rate",
+                "alfworld_ramp_rate",
+            )
             + ("batch", "http_connections", "timeout")
         },
         "skipped": skipped,
@@ -562,10 +379,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--envs", type=lambda t: t.split(","), default=["TextCraft-v0", "ALFWorld-v0"])
     p.add_argument("--transports", type=lambda t: t.split(","), default=["native", "batch", "ws"])
     p.add_argument("--levels", type=ints, default=list(DEFAULT_LEVELS))
+    p.add_argument(
+        "--openenv-levels", type=ints, default=None, help="OpenEnv's server's (default --levels)"
+    )
     p.add_argument("--think", type=float, default=10.0, help="seconds between a session's steps")
     p.add_argument("--steps", type=int, default=3, help="steps after every session is open")
-    p.add_argument("--ramp-rate", type=float, default=500.0, help="sessions opened per second")
-    p.add_argument("--alfworld-ramp-rate", type=float, default=20.0)
+    p.add_argument("--ramp-rate", type=float, default=200.0, help="sessions opened per second")
+    p.add_argument("--alfworld-ramp-rate", type=float, default=10.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=64, help="sessions per batch group")
     p.add_argument(
@@ -588,6 +408,11 @@ def _parser() -> argparse.ArgumentParser:
         "--from-json", type=Path, default=None, help="no run: format a report written by --json"
     )
     p.add_argument("--write-doc", type=Path, default=None)
+    p.add_argument(
+        "--doc-section",
+        default=None,
+        help="write into the doc's serve-scale-NAME section instead of the main one",
+    )
     return p
 
 
@@ -599,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         text = format_doc(json.loads(args.from_json.read_text()))
         print(text)
         if args.write_doc:
-            write_doc(args.write_doc, text)
+            write_doc(args.write_doc, text, args.doc_section)
         return 0
     if args.openenv_python and not Path(args.openenv_python).exists():
         print(
@@ -612,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     if args.write_doc:
-        write_doc(args.write_doc, text)
+        write_doc(args.write_doc, text, args.doc_section)
     return 0
 
 

@@ -11,9 +11,23 @@ from agentenvs.benchmarks.speed.serve_scale_limits import (
     SUCCESS_FLOOR,
 )
 
-__all__ = ["DOC_END", "DOC_START", "format_doc", "largest_passing", "write_doc"]
+__all__ = [
+    "DOC_END",
+    "DOC_START",
+    "doc_markers",
+    "format_doc",
+    "largest_passing",
+    "write_doc",
+]
 
 DOC_START, DOC_END = "<!-- serve-scale:start -->", "<!-- serve-scale:end -->"
+
+
+def doc_markers(section: str | None = None) -> tuple[str, str]:
+    """The comments around a report in a doc: the main one, or a named further ``section``."""
+    if section is None:
+        return DOC_START, DOC_END
+    return f"<!-- serve-scale-{section}:start -->", f"<!-- serve-scale-{section}:end -->"
 
 
 def format_memory(rows: list[dict[str, Any]]) -> list[str]:
@@ -56,22 +70,8 @@ def format_doc(report: dict[str, Any]) -> str:
         "share the machine's cores. Regenerate with `nice -n 10 python -m "
         "agentenvs.benchmarks.speed.serve_scale --write-doc docs/serving.md`.",
         "",
-        "| series | sessions | success | p50 ms | p99 ms | requests/s | RSS KiB/session | wall s |"
-        " CPU ms/request: workers, proxy, client | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *_results_table(report["results"]),
     ]
-    for r in report["results"]:
-        errors = "; ".join(f"{k} x{v}" for k, v in r["errors"].items()) or ""
-        if r.get("ws_left_open") is not None:
-            errors = (errors + "; " if errors else "") + f"ws open after: {r['ws_left_open']}"
-        rss = "" if r["rss_per_session_kib"] is None else f"{r['rss_per_session_kib']:g}"
-        c = r.get("cpu_ms_per_request") or {}
-        cpu = ", ".join(f"{c[k]:g}" for k in ("workers", "proxy", "client") if k in c)
-        lines.append(
-            f"| {r['series']} | {r['sessions']} | {r['success'] * 100:.2f}% | {r['p50_ms']:g} |"
-            f" {r['p99_ms']:g} | {r['requests_per_s']:g} | {rss} | {r['wall_s']:g} |"
-            f" {cpu} | {errors.replace('|', '/')} |"
-        )
     series = sorted({r["series"] for r in report["results"]})
     lines.append("")
     lines.append(
@@ -89,10 +89,42 @@ def format_doc(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(path: Path, text: str) -> None:
+def _results_table(results: list[dict[str, Any]]) -> list[str]:
+    """One row per level; the columns a report lacks (an older run's) are left out."""
+    after = any(r.get("p99_after_ramp_ms") is not None for r in results)
+    clients = any("client_processes" in r for r in results)
+    head = ["series", "sessions", "success", "p50 ms", "p99 ms"]
+    head += ["p99 after ramp ms"] * after + ["requests/s", "RSS KiB/session", "wall s"]
+    head += ["client processes"] * clients
+    head += ["CPU ms/request: workers, proxy, client", "errors"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        errors = "; ".join(f"{k} x{v}" for k, v in r["errors"].items()) or ""
+        if r.get("ws_left_open") is not None:
+            errors = (errors + "; " if errors else "") + f"ws open after: {r['ws_left_open']}"
+        rss = "" if r["rss_per_session_kib"] is None else f"{r['rss_per_session_kib']:g}"
+        c = r.get("cpu_ms_per_request") or {}
+        cpu = ", ".join(f"{c[k]:g}" for k in ("workers", "proxy", "client") if k in c)
+        cells = [r["series"], str(r["sessions"]), f"{r['success'] * 100:.2f}%"]
+        cells += [f"{r['p50_ms']:g}", f"{r['p99_ms']:g}"]
+        cells += [_ms(r.get("p99_after_ramp_ms"))] * after
+        cells += [f"{r['requests_per_s']:g}", rss, f"{r['wall_s']:g}"]
+        cells += [str(r.get("client_processes", ""))] * clients
+        cells += [cpu, errors.replace("|", "/")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def write_doc(path: Path, text: str, section: str | None = None) -> None:
+    """Replace the report between the markers of ``section`` (:func:`doc_markers`) in ``path``."""
+    start, end = doc_markers(section)
     doc = path.read_text()
-    if DOC_START not in doc:
-        raise ValueError(f"{path} has no {DOC_START} ... {DOC_END} section")
-    head, rest = doc.split(DOC_START, 1)
-    tail = rest.split(DOC_END, 1)[1]
-    path.write_text(f"{head}{DOC_START}\n{text}\n{DOC_END}{tail}")
+    if start not in doc or end not in doc:
+        raise ValueError(f"{path} has no {start} ... {end} section")
+    head, rest = doc.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{start}\n{text}\n{end}{tail}")
