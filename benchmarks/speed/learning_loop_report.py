@@ -95,7 +95,8 @@ def format_report(report: dict[str, Any]) -> str:
         "FLOP/s by the first. FLOPs per token: 2 x non-embedding parameters, plus 2 x width x "
         "vocabulary per logit row and 4 x layers x attention width per attended pair (the "
         "update: 3 x its forward). Each phase sums "
-        f"{report['iterations']} iterations of the benchmark's `grpo` arm (seed 0) from an SFT "
+        f"{_count(report['iterations'], 'iteration')} of the benchmark's `grpo` arm (seed 0) "
+        "from an SFT "
         "model; the rollout's time includes the environment steps.",
         "",
         "| preset | phase | time (s) | rate | tokens/s | forward calls | GFLOP/s | of peak | "
@@ -174,3 +175,8 @@ def _ab_lines(results: Sequence[LoopResult]) -> list[str]:
             f"{a['rows_shared']:,} |"
         )
     return lines
+
+
+def _count(n: int, noun: str) -> str:
+    """``n noun`` with the noun in the plural unless n is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -42,7 +42,6 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -53,7 +52,6 @@ from typing import Any
 
 from agentenvs.benchmarks.speed.serve_scale_clients import (
     V1,
-    client_processes,
     raise_fd_limit,
     run_clients,
 )
@@ -235,7 +233,9 @@ def run_level(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     cpu_before = server.cpu_seconds()
-    tally, client_cpu, start = run_clients(transport, server.url, env_id, n, args, ramp_rate)
+    tally, client_cpu, start, processes = run_clients(
+        transport, server.url, env_id, n, args, ramp_rate
+    )
     wall = time.monotonic() - start
     cpu_after = server.cpu_seconds()
     per = 1000 / max(tally.requests, 1)
@@ -263,7 +263,7 @@ def run_level(
         errors=dict(sorted(tally.errors.items(), key=lambda kv: -kv[1])[:3]),
         ws_left_open=left,
         p99_after_ramp_ms=_p99_ms(after),
-        client_processes=client_processes(n, resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
+        client_processes=processes,
     )
 
 

@@ -290,9 +290,9 @@ def client_processes(sessions: int, open_files: int) -> int:
 
 def run_clients(
     transport: str, url: str, env_id: str | None, n: int, args: Any, ramp_rate: float
-) -> tuple[_Tally, float, float]:
+) -> tuple[_Tally, float, float, int]:
     """The level's sessions over :func:`client_processes` processes: (their merged tally,
-    their CPU seconds, the level's start on ``time.monotonic``)."""
+    their CPU seconds, the level's start on ``time.monotonic``, the number of processes)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -312,7 +312,7 @@ def run_clients(
             for key, count in part["errors"].items():
                 tally.errors[key] = tally.errors.get(key, 0) + count
             cpu += part["cpu"]
-    return tally, cpu, start
+    return tally, cpu, start, processes
 
 
 def own_cpu() -> float:
