@@ -58,6 +58,8 @@ learning-check: $(STAMP)
 		--out results/learning/textcraft --publish docs/learning-check
 	$(PY) -m agentenvs.benchmarks.learning.check --preset sokoban --jobs 2 \
 		--out results/learning/sokoban --publish docs/learning-check/sokoban
+	$(PY) -m agentenvs.benchmarks.learning.check --preset keydoor --jobs 2 \
+		--out results/learning/keydoor --publish docs/learning-check/keydoor
 
 # the GPU path in one command (one CUDA GPU, under 8 minutes; docs/gpu-check.md)
 gpu-check: $(STAMP)
