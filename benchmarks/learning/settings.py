@@ -284,10 +284,17 @@ PRESETS: dict[str, BenchSettings] = {
 
 
 def preset(name: str, **overrides: Any) -> BenchSettings:
-    """A preset with some fields replaced."""
+    """A preset with some fields replaced; a dict for the ``model`` field replaces only the
+    shape's fields it names (``{"hidden_size": 256}``)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
-    return replace(PRESETS[name], **overrides)
+    base = PRESETS[name]
+    if isinstance(overrides.get("model"), dict):
+        try:
+            overrides["model"] = replace(base.model, **overrides["model"])
+        except TypeError as exc:
+            raise ValueError(f"model: {exc} (fields of {type(base.model).__name__})") from None
+    return replace(base, **overrides)
 
 
 def _expert_turns(env_id: str, task_ids: list[str]) -> dict[str, int]:

@@ -57,6 +57,14 @@ def test_set_overrides_parse_json_and_strings():
         parse_overrides(["rl_lr"])
 
 
+def test_a_model_override_replaces_only_the_shape_fields_it_names():
+    settings = preset("sokoban", **parse_overrides(['model={"hidden_size": 256}']))
+    assert settings.model.hidden_size == 256
+    assert settings.model.num_hidden_layers == preset("sokoban").model.num_hidden_layers
+    with pytest.raises(ValueError, match="no_such_width"):
+        preset("sokoban", model={"no_such_width": 1})
+
+
 def test_diagnostics_average_seeds_per_iteration_and_skip_missing_values():
     training = {
         "ptgpo": {
