@@ -59,7 +59,7 @@ learning-check: $(STAMP)
 	$(PY) -m agentenvs.benchmarks.learning.check --preset sokoban --jobs 2 \
 		--out results/learning/sokoban --publish docs/learning-check/sokoban
 	$(PY) -m agentenvs.benchmarks.learning.check --preset keydoor --jobs 2 \
-		--out results/learning/keydoor --publish docs/learning-check/keydoor
+		--out results/learning/keydoor-16 --publish docs/learning-check/keydoor-16
 
 # the GPU path in one command (one CUDA GPU, under 8 minutes; docs/gpu-check.md)
 gpu-check: $(STAMP)
