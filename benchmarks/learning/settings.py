@@ -172,10 +172,10 @@ KEYDOOR: dict[str, Any] = {
 }
 """The credit testbed's settings (``keydoor`` and ``keydoor-validation``): 256 training layouts
 (the expert's episodes are the SFT data and RL plays the same layouts), 24 evaluation layouts
-(12 with 2 keys, 12 with 3), turn limit 20, groups of 8, AdamW 3e-4 as Sokoban's (AdamW 1e-3 broke the reply format),
-16 iterations evaluated at 8 and 16 (1,024 episodes an arm and seed: on both validation seeds
-GRPO stopped gaining after about 8 iterations while the oracle arm kept climbing; at 6 the
-oracle arm could not be told from GRPO)."""
+(12 with 2 keys, 12 with 3), turn limit 20, groups of 8, AdamW 3e-4 as Sokoban's (AdamW 1e-3
+broke the reply format), 16 iterations evaluated at 8 and 16 (1,024 episodes an arm and seed: on
+both validation seeds GRPO stopped gaining after about 8 iterations while the oracle arm kept
+climbing; at 6 the oracle arm could not be told from GRPO)."""
 
 KEYDOOR_ORACLE: dict[str, Any] = {"step_weight": 0.1, "credit_scale": "anchor_centered"}
 """The oracle arm's credit on KeyDoor, chosen on the validation layouts
