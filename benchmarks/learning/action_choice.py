@@ -1,0 +1,161 @@
+"""Does a policy read the observation? How each arm chose its actions in its evaluation episodes.
+
+    python -m agentenvs.benchmarks.learning.action_choice \\
+        --run results/learning/sokoban-val-a results/learning/sokoban-val-c \\
+        --out docs/learning-check/sokoban/action-choice.md
+
+Two figures per arm and seed, over every stepped action of the run's evaluation episodes
+(``<arm>/seed-<s>/eval/trajectories.jsonl``):
+
+* **shortest-move share**: the share of actions the expert judges a move of a shortest
+  solution (step credit 0: :mod:`agentenvs.benchmarks.learning.envs` for Sokoban,
+  :mod:`agentenvs.benchmarks.learning.keydoor` for KeyDoor). The ``random`` arm's share is what
+  ignoring the observation gives; a policy that reads it moves above that.
+* **reply surprisal**: the mean negative log-probability (nats) of the whole reply under the
+  policy that sampled it. With a fixed thought the reply's only free part is the action, so a
+  policy that picks uniformly among ``n`` actions has ``ln n`` (Sokoban: ln 4 = 1.386) and a
+  decisive one near 0. The ``random`` arm has no model and no figure.
+
+Episodes whose steps do not report ``step_credit`` (Sokoban-v0's) are replayed in the oracle
+arm's environment (:data:`~agentenvs.benchmarks.learning.settings.ORACLE_ENVS`) under the
+trajectory's recorded variant; every replayed observation must equal the recorded one, else
+the trajectory is not this environment's and the command stops with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ActionChoice", "action_choice", "main", "step_credits"]
+
+SHORTEST_MOVE_CREDIT = 0.0
+"""The step credit of a move on a shortest solution (each oracle's scale: 0 on a shortest
+plan, below 0 for every turn the action adds to it)."""
+
+
+@dataclass(frozen=True)
+class ActionChoice:
+    """One arm and seed: ``episodes``, ``steps`` (stepped actions), ``won`` (episodes won),
+    ``shortest_moves`` (steps with credit :data:`SHORTEST_MOVE_CREDIT`), ``surprisal`` (mean
+    reply negative log-probability in nats; None without log-probabilities)."""
+
+    episodes: int
+    steps: int
+    won: int
+    shortest_moves: int
+    surprisal: float | None
+
+    @property
+    def shortest_share(self) -> float:
+        return self.shortest_moves / self.steps if self.steps else 0.0
+
+
+def step_credits(traj: dict[str, Any]) -> list[float]:
+    """The expert's credit of each stepped action of ``traj`` (a trajectory's JSON): from its
+    steps' ``info`` where recorded, else by replaying it in the oracle environment."""
+    steps = [s for s in traj["steps"] if s.get("action") is not None]
+    recorded = [s.get("info", {}).get("step_credit") for s in steps]
+    if all(c is not None for c in recorded):
+        return [float(c) for c in recorded]
+    return _replayed_credits(traj, steps)
+
+
+def _replayed_credits(traj: dict[str, Any], steps: list[dict[str, Any]]) -> list[float]:
+    from agentenvs.benchmarks.learning.plugins import register_benchmark_envs
+    from agentenvs.benchmarks.learning.settings import ORACLE_ENVS
+    from agentenvs.registration import make
+
+    register_benchmark_envs()
+    if traj["env_id"] not in ORACLE_ENVS:
+        raise ValueError(f"no oracle step credit for {traj['env_id']} (ORACLE_ENVS)")
+    env = make(ORACLE_ENVS[traj["env_id"]], max_turns=len(steps) + 1, **traj.get("variant", {}))
+    try:
+        env.reset(options={"task_id": traj["task_id"]})
+        credits = []
+        for i, step in enumerate(steps):
+            observation, *_, info = env.step(step["action"])
+            if observation != step["observation"]:
+                raise ValueError(
+                    f"replaying {traj['task_id']} step {i + 1} ({step['action']!r}) gives another "
+                    "observation than the trajectory records: it is not this environment's"
+                )
+            credits.append(float(info["step_credit"]))
+        return credits
+    finally:
+        env.close()
+
+
+def action_choice(trajs: Iterable[dict[str, Any]]) -> ActionChoice:
+    """:class:`ActionChoice` of ``trajs`` (trajectories' JSON)."""
+    episodes = won = steps = shortest = 0
+    nll: list[float] = []
+    for traj in trajs:
+        episodes += 1
+        won += int(bool(traj["won"]))
+        credits = step_credits(traj)
+        steps += len(credits)
+        shortest += sum(c == SHORTEST_MOVE_CREDIT for c in credits)
+        for step in traj["steps"]:
+            if step.get("action") is not None and step.get("logprobs"):
+                nll.append(-math.fsum(step["logprobs"]))
+    surprisal = math.fsum(nll) / len(nll) if nll else None
+    return ActionChoice(episodes, steps, won, shortest, surprisal)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _format(rows: list[tuple[str, str, int, ActionChoice]]) -> str:
+    lines = [
+        "# How each arm chose its actions",
+        "",
+        "`python -m agentenvs.benchmarks.learning.action_choice` writes this page. Over every "
+        "stepped action of each arm's evaluation episodes: the share the expert judges a move "
+        "of a shortest solution, and the mean negative log-probability of the reply under the "
+        "policy that sampled it (a uniform choice among n actions: ln n).",
+        "",
+        "| run | arm | seed | episodes | success | steps | shortest-move share "
+        "| reply surprisal (nats) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run, arm, seed, c in rows:
+        nats = "" if c.surprisal is None else f"{c.surprisal:.3f}"
+        lines.append(
+            f"| {run} | {arm} | {seed} | {c.episodes} | {c.won / c.episodes:.3f} | {c.steps} | "
+            f"{c.shortest_share:.3f} | {nats} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--run", type=Path, nargs="+", required=True, help="learning_check --out folders"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="the Markdown (else printed)")
+    args = parser.parse_args(argv)
+    rows = []
+    for run in args.run:
+        paths = sorted(run.glob("*/seed-*/eval/trajectories.jsonl"))
+        if not paths:
+            parser.error(f"{run} has no <arm>/seed-<s>/eval/trajectories.jsonl")
+        for path in paths:
+            arm, seed = path.parts[-4], int(path.parts[-3].removeprefix("seed-"))
+            rows.append((run.name, arm, seed, action_choice(_read(path))))
+    text = _format(rows)
+    if args.out:
+        args.out.write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
