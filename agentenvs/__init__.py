@@ -28,7 +28,7 @@ from agentenvs.core import (
     UnknownTaskError,
 )
 from agentenvs.plugins import EnvPlugin, PluginError
-from agentenvs.registration import ENVIRONMENTS, env_class, make, register_all
+from agentenvs.registration import ENVIRONMENTS, build_env, env_class, make, register_all
 
 __version__ = "0.1.0"
 
@@ -49,6 +49,7 @@ __all__ = [
     "TextSpace",
     "UnknownSplitError",
     "UnknownTaskError",
+    "build_env",
     "env_class",
     "make",
     "register_all",

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from agentenvs.plugins import PluginError, broken_plugins
-from agentenvs.registration import ENVIRONMENTS, MissingDependencyError, env_class
+from agentenvs.registration import ENVIRONMENTS, MissingDependencyError, build_env
 
 __all__ = ["describe_environments", "list_main"]
 
@@ -29,7 +29,7 @@ def describe_environments(env_ids: list[str] | None = None) -> list[dict[str, An
             rows.append(row)
             continue
         try:
-            env = env_class(env_id)()
+            env = build_env(env_id)
         except MissingDependencyError as exc:
             row["error"] = f"not installed: {exc}"
             rows.append(row)

@@ -30,6 +30,7 @@ __all__ = [
     "ENVIRONMENTS",
     "EnvPlugin",
     "MissingDependencyError",
+    "build_env",
     "check_dependencies",
     "env_class",
     "make",
@@ -106,6 +107,15 @@ def env_class(env_id: str) -> type:
             f"{plugin(env_id).env!r} is a {type(cls).__name__}, not a class"
         )
     return cls
+
+
+def build_env(env_id: str, **kwargs: Any) -> Any:
+    """The environment ``gym.make(env_id, **kwargs)`` wraps, unwrapped: its class called with its
+    plugin's ``kwargs`` overridden by ``kwargs``. Every tool that needs the bare environment (the
+    server's sessions, task listings, recorded variants) makes it here, so a plugin's default
+    keywords hold everywhere ``gym.make`` applies them."""
+    cls = env_class(env_id)
+    return cls(**{**plugin(env_id).kwargs, **kwargs})
 
 
 def make(env_id: str, **kwargs: Any) -> Any:

@@ -422,9 +422,9 @@ def _budget(env_id: str, config: RolloutConfig, rules: ProtocolRules) -> tuple[i
 
 def _variant(env_id: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The ``variant`` of an environment made with ``env_kwargs`` (made here, never reset)."""
-    from agentenvs.registration import env_class
+    from agentenvs.registration import build_env
 
-    env = env_class(env_id)(**env_kwargs)
+    env = build_env(env_id, **env_kwargs)
     try:
         return dict(env.variant)
     finally:

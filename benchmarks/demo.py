@@ -82,7 +82,7 @@ class DemoRow:
 def available_envs(requested: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The registered ids whose environment can be made here, and why the others cannot (a
     missing dependency: its error, naming the extra to install)."""
-    from agentenvs.registration import ENVIRONMENTS, MissingDependencyError, env_class
+    from agentenvs.registration import ENVIRONMENTS, MissingDependencyError, build_env
 
     ids = requested or list(ENVIRONMENTS)
     ok, skipped = [], {}
@@ -91,7 +91,7 @@ def available_envs(requested: list[str] | None = None) -> tuple[list[str], dict[
             skipped[env_id] = f"not registered (registered: {sorted(ENVIRONMENTS)})"
             continue
         try:
-            env_class(env_id)().close()
+            build_env(env_id).close()
         except MissingDependencyError as exc:  # an optional extra that is not installed
             skipped[env_id] = str(exc)
             continue

@@ -422,3 +422,28 @@ def test_parts_that_do_not_load_fail_alone(guess_site: Path, tmp_path: Path) -> 
         with pytest.raises(PluginError, match=r"guess-env 0.1.0.*protocols.*NOTHING"):
             env_protocol(None, "Guess-v0")
         assert env_prompt("TextCraft-v0").name == "textcraft-paper"
+
+
+def test_a_plugins_default_keywords_hold_in_every_tool(tmp_path: Path) -> None:
+    """A plugin whose ``kwargs`` choose a variant (Sokoban with two boxes): ``gym.make``,
+    :func:`agentenvs.build_env` and the server's sessions all make that variant, and a caller's
+    keyword still overrides it."""
+    from agentenvs.registration import build_env, make
+    from agentenvs.serve.sessions import SessionStore
+
+    plugin = (
+        _GOOD + "PLUGIN = EnvPlugin('Sokoban-2box-v0', 'agentenvs.sokoban:SokobanEnv', "
+        "kwargs={'num_boxes': 2}, splits=('train', 'test'))\n"
+    )
+    site = write_distribution(
+        tmp_path / "site", "two-box-env", {"Sokoban-2box-v0": "two_box:PLUGIN"},
+        {"two_box.py": plugin},
+    )  # fmt: skip
+    with on_path(site):
+        assert make("Sokoban-2box-v0").unwrapped.variant["num_boxes"] == 2
+        assert build_env("Sokoban-2box-v0").variant["num_boxes"] == 2
+        assert build_env("Sokoban-2box-v0", num_boxes=3).variant["num_boxes"] == 3
+        env, kwargs = SessionStore("Sokoban-2box-v0").make_env({"grid_style": "verl-agent"})
+        assert env.variant == {**build_env("Sokoban-2box-v0").variant, "grid_style": "verl-agent"}
+        env.reset(options={"task_id": "seed/5"})
+        assert len(env.board.boxes) == 2

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.core import TextEnv
-from agentenvs.registration import env_class
+from agentenvs.registration import build_env, env_class
 from agentenvs.serve.errors import ServeError, expired_session, session_limit, unknown_session
 
 __all__ = ["CLIENT_FORBIDDEN_KWARGS", "Session", "SessionStore", "check_env_kwargs"]
@@ -110,7 +110,7 @@ class SessionStore:
         """A new environment with the server's defaults overridden by ``env_kwargs``."""
         kwargs = {**self.default_kwargs, **check_env_kwargs(self.env_id, env_kwargs)}
         try:
-            env = env_class(self.env_id)(**kwargs)
+            env = build_env(self.env_id, **kwargs)
         except Exception as exc:  # any keyword the constructor refuses, however it refuses it
             raise ServeError(422, "bad_env_kwargs", f"{self.env_id}({kwargs}): {exc}") from exc
         return env, kwargs

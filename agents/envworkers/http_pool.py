@@ -300,9 +300,9 @@ class HttpPool(RemotePool):
     # ----- start-up checks -----------------------------------------------------------------------
 
     def _local_variant(self) -> dict[str, Any]:
-        from agentenvs.registration import env_class
+        from agentenvs.registration import build_env
 
-        env = env_class(self.env_id)(**self.env_kwargs)
+        env = build_env(self.env_id, **self.env_kwargs)
         try:
             return dict(env.variant)
         finally:

@@ -77,9 +77,9 @@ def build_check_model(
     tokenizer is trained on the first ``tokenizer_tasks`` test tasks' text."""
     from agentenvs.agents.prompts import system_prompt
     from agentenvs.agents.tiny_model import build_tiny_model
-    from agentenvs.registration import env_class
+    from agentenvs.registration import build_env
 
-    tasks = env_class(env_id)().task_ids("test")[:tokenizer_tasks]
+    tasks = build_env(env_id).task_ids("test")[:tokenizer_tasks]
     system = system_prompt(env_id)
     return build_tiny_model(
         out_dir,

@@ -307,9 +307,9 @@ def _expert_turns(env_id: str, task_ids: list[str]) -> dict[str, int]:
 def _eligible_train_ids(settings: BenchSettings, count: int) -> list[str]:
     """The first ``count`` train-split tasks (those the expert solves within
     ``max_expert_turns``, when set), in the split's order."""
-    from agentenvs.registration import env_class
+    from agentenvs.registration import build_env
 
-    ids = env_class(settings.env_id)().task_ids("train")
+    ids = build_env(settings.env_id).task_ids("train")
     if settings.max_expert_turns is None:
         return ids[:count]
     pool = ids[: count * 4]
@@ -378,9 +378,9 @@ def eval_task_ids(settings: BenchSettings) -> list[str]:
 def _family_sample(settings: BenchSettings, split: str, total: int | None = None) -> list[str]:
     """``eval_per_family[f]`` eligible tasks of family ``f`` of ``split``, evenly spaced (fixed,
     seed-independent); ``total``: that many in all, in the same proportions."""
-    from agentenvs.registration import env_class
+    from agentenvs.registration import build_env
 
-    env = env_class(settings.env_id)()
+    env = build_env(settings.env_id)
     ids = env.task_ids(split)
     turns = _expert_turns(settings.env_id, ids) if settings.max_expert_turns is not None else None
     out = []

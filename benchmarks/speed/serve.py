@@ -127,10 +127,10 @@ class Stats:
 def workload(env_id: str, candidates: int = 8) -> Workload:
     """The longest of the expert's episodes on the first ``candidates`` test tasks (so resets,
     which cost about a step each, weigh little)."""
-    from agentenvs import env_class
+    from agentenvs import build_env
     from agentenvs.expert import make_expert
 
-    env = env_class(env_id)(max_turns=BIG_BUDGET)
+    env = build_env(env_id, max_turns=BIG_BUDGET)
     expert = make_expert(env_id)
     best = Workload(env_id, "", ())
     for task_id in env.task_ids("test")[:candidates]:
@@ -153,9 +153,9 @@ def workload(env_id: str, candidates: int = 8) -> Workload:
 def run_in_process(work: Workload, seconds: float, start_at: float = 0.0) -> Stats:
     """Play the workload in this process for ``seconds`` (from ``start_at``, a
     ``time.time()``, when given: processes started together measure together)."""
-    from agentenvs import env_class
+    from agentenvs import build_env
 
-    env = env_class(work.env_id)(max_turns=BIG_BUDGET)
+    env = build_env(work.env_id, max_turns=BIG_BUDGET)
     env.reset(options={"task_id": work.task_id})  # (warm: the first reset loads data)
     if start_at:
         time.sleep(max(0.0, start_at - time.time()))
@@ -334,9 +334,9 @@ def run_through_server(work: Workload, server: Server, clients: int, seconds: fl
 def run_batch_in_process(work: Workload, episodes: int, seconds: float) -> Stats:
     """``episodes`` environments of this process playing the workload together, one loop over
     them per turn (the batched rows' baseline); latencies are per turn."""
-    from agentenvs import env_class
+    from agentenvs import build_env
 
-    envs = [env_class(work.env_id)(max_turns=BIG_BUDGET) for _ in range(episodes)]
+    envs = [build_env(work.env_id, max_turns=BIG_BUDGET) for _ in range(episodes)]
     options = {"task_id": work.task_id}
     for env in envs:  # (warm: the first reset loads data)
         env.reset(options=options)

@@ -125,10 +125,10 @@ def _stats(fn: Callable[[float], Stats], timed_steps: bool = False) -> Callable[
 
 def expert_workload(env_id: str, task_id: str) -> Workload:
     """The scripted expert's actions on ``task_id`` (to its episode's end)."""
-    from agentenvs import env_class
+    from agentenvs import build_env
     from agentenvs.expert import make_expert
 
-    env = env_class(env_id)(max_turns=BIG_BUDGET)
+    env = build_env(env_id, max_turns=BIG_BUDGET)
     expert = make_expert(env_id)
     env.reset(options={"task_id": task_id})
     actions = []
@@ -141,9 +141,9 @@ def expert_workload(env_id: str, task_id: str) -> Workload:
 
 def our_trace(work: Workload, **env_kwargs: Any) -> list[str]:
     """Our observations of one play of the workload: the reset's, then each step's."""
-    from agentenvs import env_class
+    from agentenvs import build_env
 
-    env = env_class(work.env_id)(max_turns=BIG_BUDGET, **env_kwargs)
+    env = build_env(work.env_id, max_turns=BIG_BUDGET, **env_kwargs)
     trace = [env.reset(options={"task_id": work.task_id})[0]]
     trace += [env.step(action)[0] for action in work.actions]
     env.close()

@@ -118,9 +118,9 @@ def task_starts(
     if tasks:
         return [TaskStart(t) for t in tasks]
     from agentenvs.agents.task_sample import sample_tasks
-    from agentenvs.registration import env_class
+    from agentenvs.registration import build_env
 
-    env = env_class(env_id)()
+    env = build_env(env_id)
     ids = sample_tasks(env.task_ids(split), env.family, limit, seed)
     env.close()
     if not ids:
@@ -220,10 +220,10 @@ def _check_task_ids(env_id: str, tasks: Sequence[str], warn: Callable[[str], Non
     """Warn of the ids of ``tasks`` that ``env_id`` does not know (not in a split, and a reset
     refuses them); a :class:`ConfigError` when it knows none."""
     from agentenvs.core import UnknownTaskError
-    from agentenvs.registration import env_class
+    from agentenvs.registration import build_env
     from agentenvs.suggestions import did_you_mean
 
-    env = env_class(env_id)()
+    env = build_env(env_id)
     try:
         listed = {t for split in env.splits for t in env.task_ids(split)}
         unknown = []
