@@ -4,8 +4,9 @@
         --run results/learning/sokoban-val-a results/learning/sokoban-val-c \\
         --out docs/learning-check/sokoban/action-choice.md
 
-Two figures per arm and seed, over every stepped action of the run's evaluation episodes
-(``<arm>/seed-<s>/eval/trajectories.jsonl``):
+Two figures per arm and seed, over the actions of the run's evaluation episodes
+(``<arm>/seed-<s>/eval/trajectories.jsonl``) stepped while the task could still be won (after a
+fatal action every move is as good as any other, and the oracles credit each 0):
 
 * **shortest-move share**: the share of actions the expert judges a move of a shortest
   solution (step credit 0: :mod:`agentenvs.benchmarks.learning.envs` for Sokoban,
@@ -16,10 +17,11 @@ Two figures per arm and seed, over every stepped action of the run's evaluation 
   policy that picks uniformly among ``n`` actions has ``ln n`` (Sokoban: ln 4 = 1.386) and a
   decisive one near 0. The ``random`` arm has no model and no figure.
 
-Episodes whose steps do not report ``step_credit`` (Sokoban-v0's) are replayed in the oracle
-arm's environment (:data:`~agentenvs.benchmarks.learning.settings.ORACLE_ENVS`) under the
-trajectory's recorded variant; every replayed observation must equal the recorded one, else
-the trajectory is not this environment's and the command stops with an error.
+Each episode is replayed in the oracle arm's environment
+(:data:`~agentenvs.benchmarks.learning.settings.ORACLE_ENVS`), whose steps report ``step_credit``
+and ``solvable``, under the trajectory's recorded variant; every replayed observation must equal
+the recorded one, else the trajectory is not this environment's and the command stops with an
+error.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ plan, below 0 for every turn the action adds to it)."""
 
 @dataclass(frozen=True)
 class ActionChoice:
-    """One arm and seed: ``episodes``, ``steps`` (stepped actions), ``won`` (episodes won),
+    """One arm and seed: ``episodes``, ``steps`` (actions stepped while the task could still be
+    won), ``won`` (episodes won),
     ``shortest_moves`` (steps with credit :data:`SHORTEST_MOVE_CREDIT`), ``surprisal`` (mean
     reply negative log-probability in nats; None without log-probabilities)."""
 
@@ -56,17 +59,10 @@ class ActionChoice:
         return self.shortest_moves / self.steps if self.steps else 0.0
 
 
-def step_credits(traj: dict[str, Any]) -> list[float]:
-    """The expert's credit of each stepped action of ``traj`` (a trajectory's JSON): from its
-    steps' ``info`` where recorded, else by replaying it in the oracle environment."""
-    steps = [s for s in traj["steps"] if s.get("action") is not None]
-    recorded = [s.get("info", {}).get("step_credit") for s in steps]
-    if all(c is not None for c in recorded):
-        return [float(c) for c in recorded]
-    return _replayed_credits(traj, steps)
-
-
-def _replayed_credits(traj: dict[str, Any], steps: list[dict[str, Any]]) -> list[float]:
+def step_credits(traj: dict[str, Any]) -> list[tuple[float, bool]]:
+    """``(credit, solvable)`` of each stepped action of ``traj`` (a trajectory's JSON): the
+    expert's credit of the action and whether the task could still be won before it, by
+    replaying the episode in the oracle environment (module docstring)."""
     from agentenvs.benchmarks.learning.plugins import register_benchmark_envs
     from agentenvs.benchmarks.learning.settings import ORACLE_ENVS
     from agentenvs.registration import make
@@ -74,6 +70,7 @@ def _replayed_credits(traj: dict[str, Any], steps: list[dict[str, Any]]) -> list
     register_benchmark_envs()
     if traj["env_id"] not in ORACLE_ENVS:
         raise ValueError(f"no oracle step credit for {traj['env_id']} (ORACLE_ENVS)")
+    steps = [s for s in traj["steps"] if s.get("action") is not None]
     env = make(ORACLE_ENVS[traj["env_id"]], max_turns=len(steps) + 1, **traj.get("variant", {}))
     try:
         env.reset(options={"task_id": traj["task_id"]})
@@ -85,7 +82,7 @@ def _replayed_credits(traj: dict[str, Any], steps: list[dict[str, Any]]) -> list
                     f"replaying {traj['task_id']} step {i + 1} ({step['action']!r}) gives another "
                     "observation than the trajectory records: it is not this environment's"
                 )
-            credits.append(float(info["step_credit"]))
+            credits.append((float(info["step_credit"]), bool(info["solvable"])))
         return credits
     finally:
         env.close()
@@ -98,9 +95,9 @@ def action_choice(trajs: Iterable[dict[str, Any]]) -> ActionChoice:
     for traj in trajs:
         episodes += 1
         won += int(bool(traj["won"]))
-        credits = step_credits(traj)
-        steps += len(credits)
-        shortest += sum(c == SHORTEST_MOVE_CREDIT for c in credits)
+        live = [credit for credit, solvable in step_credits(traj) if solvable]
+        steps += len(live)
+        shortest += sum(c == SHORTEST_MOVE_CREDIT for c in live)
         for step in traj["steps"]:
             if step.get("action") is not None and step.get("logprobs"):
                 nll.append(-math.fsum(step["logprobs"]))
@@ -117,10 +114,11 @@ def _format(rows: list[tuple[str, str, int, ActionChoice]]) -> str:
     lines = [
         "# How each arm chose its actions",
         "",
-        "`python -m agentenvs.benchmarks.learning.action_choice` writes this page. Over every "
-        "stepped action of each arm's evaluation episodes: the share the expert judges a move "
-        "of a shortest solution, and the mean negative log-probability of the reply under the "
-        "policy that sampled it (a uniform choice among n actions: ln n).",
+        "`python -m agentenvs.benchmarks.learning.action_choice` writes this page. Over the "
+        "actions of each arm's evaluation episodes taken while the task could still be won "
+        "(steps): the share the expert judges a move of a shortest solution, and the mean "
+        "negative log-probability of the reply under the policy that sampled it (every reply; "
+        "a uniform choice among n actions: ln n).",
         "",
         "| run | arm | seed | episodes | success | steps | shortest-move share "
         "| reply surprisal (nats) |",

@@ -16,6 +16,8 @@ action added to the shortest possible episode, ``-(1 + L(s') - L(s))``:
   the solution by more;
 * :data:`FATAL_CREDIT` (-3) for the action that makes a solvable room unsolvable;
 * 0 once the room is unsolvable (no action can change the outcome) and on reset.
+
+``info["solvable"]`` says whether the room could still be solved before the step's action.
 """
 
 from __future__ import annotations
@@ -66,30 +68,33 @@ def sokoban_step_credit(before: Board, action: str | None) -> float:
 
 
 class SokobanOracleEnv(SokobanEnv):
-    """Sokoban-v0 whose info also has ``step_credit`` (:func:`sokoban_step_credit`)."""
+    """Sokoban-v0 whose info also has ``step_credit`` (:func:`sokoban_step_credit`) and
+    ``solvable`` (the room could still be solved before the action)."""
 
     env_id: ClassVar[str] = ORACLE_SOKOBAN_ID
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._step_credit = 0.0
+        self._solvable = True
 
     def _start_task(self, task_id: str) -> str:
-        self._step_credit = 0.0
+        self._step_credit, self._solvable = 0.0, True
         return super()._start_task(task_id)
 
     def _apply(self, action: str) -> Outcome:
         self._step_credit = sokoban_step_credit(self.board, action)
+        self._solvable = _shortest_length(self.board) is not None
         return super()._apply(action)
 
     def _extra_info(self) -> dict[str, Any]:
-        return {"step_credit": self._step_credit}
+        return {"step_credit": self._step_credit, "solvable": self._solvable}
 
     def _get_state(self) -> Any:
-        return (super()._get_state(), self._step_credit)
+        return (super()._get_state(), self._step_credit, self._solvable)
 
     def _set_state(self, task_id: str, state: Any) -> None:
-        inner, self._step_credit = state
+        inner, self._step_credit, self._solvable = state
         super()._set_state(task_id, inner)
 
 

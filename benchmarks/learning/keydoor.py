@@ -22,6 +22,7 @@ the action added to the shortest possible episode) with ``L`` the length of a sh
 action sequence (:func:`shortest_length`, 0 once won): 0 for a move of a shortest plan, -1 for a
 wasted turn, -2 for a step away; taking a wrong key is
 :data:`agentenvs.benchmarks.learning.envs.FATAL_CREDIT`; 0 once the episode cannot be won.
+``solvable`` says whether the episode could still be won before the step's action.
 
 ``KeyDoor-traps-v0`` (:class:`KeyDoorTrapsEnv`) is the same task with trap forks: each room
 1 .. L-1 is, with chance :data:`FORK_CHANCE`, a fork with two ways on, east and north or south,
@@ -271,6 +272,7 @@ class KeyDoorEnv(TextEnv):
         self._layout: Layout | None = None
         self._state = State()
         self._credit = 0.0
+        self._solvable = True
 
     def task_ids(self, split: str) -> list[str]:
         if split == "train":
@@ -302,6 +304,7 @@ class KeyDoorEnv(TextEnv):
         self._layout = layout(self._seed_of(task_id), self.fork_chance)
         self._state = State()
         self._credit = 0.0
+        self._solvable = True
         return render(self._layout, self._state, self.marked)
 
     def _apply(self, action: str) -> Outcome:
@@ -309,6 +312,7 @@ class KeyDoorEnv(TextEnv):
         before = self._state
         after, valid, won = transition(lay, before, " ".join(action.lower().split()))
         self._credit = step_credit(lay, before, after)
+        self._solvable = shortest_length(lay, before) is not None
         self._state = after
         if after.trapped:
             return Outcome("You fall into a trap.", 0.0, valid=True, won=False, terminated=True)
@@ -327,14 +331,14 @@ class KeyDoorEnv(TextEnv):
         return out
 
     def _extra_info(self) -> dict[str, Any]:
-        return {"step_credit": self._credit}
+        return {"step_credit": self._credit, "solvable": self._solvable}
 
     def _get_state(self) -> Any:
-        return (self._state, self._credit)
+        return (self._state, self._credit, self._solvable)
 
     def _set_state(self, task_id: str, state: Any) -> None:
         self._layout = layout(self._seed_of(task_id), self.fork_chance)
-        self._state, self._credit = state
+        self._state, self._credit, self._solvable = state
 
     def fields(self, observation: str) -> dict[str, Any]:
         if self._layout is None or observation != self._observation:

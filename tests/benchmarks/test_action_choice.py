@@ -1,6 +1,6 @@
-"""How each arm chose its actions: the expert's credit of every stepped action (recorded by
-KeyDoor-v0, replayed for Sokoban-v0 with the recorded observations checked), and the reply
-surprisal, on real episodes of the expert and the random agent played through the rollout code."""
+"""How each arm chose its actions: the expert's credit of every stepped action, replayed in the
+oracle environment with the recorded observations checked, and the reply surprisal, on real
+episodes of the expert and the random agent played through the rollout code."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ def _played(tmp_path, policy: str, env_id: str, task_ids: list[str]) -> list[dic
 
 def test_the_expert_makes_only_shortest_moves_and_the_random_agent_fewer(tmp_path):
     expert = _played(tmp_path, "expert", "Sokoban-v0", ROOMS)
-    assert all("step_credit" not in s.get("info", {}) for t in expert for s in t["steps"])
     choice = action_choice(expert)
     assert (choice.episodes, choice.won) == (3, 3)
     assert choice.steps == sum(len(t["steps"]) for t in expert) > 3
@@ -46,15 +45,27 @@ def test_a_trajectory_of_another_room_is_refused(tmp_path):
         step_credits(other)
 
 
-def test_recorded_credit_is_used_and_surprisal_is_the_reply_nll(tmp_path):
+def test_surprisal_is_the_reply_nll(tmp_path):
     (traj,) = _played(tmp_path, "expert", "KeyDoor-v0", ["layout/5"])
-    assert step_credits(traj) == [0.0] * len(traj["steps"])
-    traj["steps"][0]["info"]["step_credit"] = -2.0  # replay would say 0: the record counts
+    assert step_credits(traj) == [(0.0, True)] * len(traj["steps"])
     for step in traj["steps"]:
         step["logprobs"] = [-0.5, -0.25]
     choice = action_choice([traj])
-    assert choice.shortest_moves == len(traj["steps"]) - 1
+    assert choice.shortest_moves == choice.steps == len(traj["steps"])
     assert math.isclose(choice.surprisal, 0.75)
+
+
+def test_moves_after_a_fatal_action_are_not_counted(tmp_path):
+    """The random agent's KeyDoor episodes: the replayed credits are the recorded ones; the
+    steps after a wrong key (credit 0, no longer solvable) drop out of the count."""
+    trajs = _played(tmp_path, "random:0", "KeyDoor-v0", ["layout/5", "layout/9"] * 4)
+    pairs = [step_credits(t) for t in trajs]
+    for traj, replayed in zip(trajs, pairs, strict=True):
+        assert [c for c, _ in replayed] == [s["info"]["step_credit"] for s in traj["steps"]]
+    assert any(not all(solvable for _, solvable in p) for p in pairs), "a wrong key is taken"
+    choice = action_choice(trajs)
+    assert choice.steps == sum(solvable for p in pairs for _, solvable in p)
+    assert choice.steps < sum(len(p) for p in pairs)
 
 
 def test_main_writes_a_row_per_arm_and_seed(tmp_path, capsys):
