@@ -27,12 +27,12 @@ error.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from agentenvs.agents.trajectory import Trajectory, read_trajectories
 
 __all__ = ["ActionChoice", "action_choice", "main", "step_credits"]
 
@@ -59,8 +59,8 @@ class ActionChoice:
         return self.shortest_moves / self.steps if self.steps else 0.0
 
 
-def step_credits(traj: dict[str, Any]) -> list[tuple[float, bool]]:
-    """``(credit, solvable)`` of each stepped action of ``traj`` (a trajectory's JSON): the
+def step_credits(traj: Trajectory) -> list[tuple[float, bool]]:
+    """``(credit, solvable)`` of each stepped action of ``traj``: the
     expert's credit of the action and whether the task could still be won before it, by
     replaying the episode in the oracle environment (module docstring)."""
     from agentenvs.benchmarks.learning.plugins import register_benchmark_envs
@@ -68,18 +68,18 @@ def step_credits(traj: dict[str, Any]) -> list[tuple[float, bool]]:
     from agentenvs.registration import make
 
     register_benchmark_envs()
-    if traj["env_id"] not in ORACLE_ENVS:
-        raise ValueError(f"no oracle step credit for {traj['env_id']} (ORACLE_ENVS)")
-    steps = [s for s in traj["steps"] if s.get("action") is not None]
-    env = make(ORACLE_ENVS[traj["env_id"]], max_turns=len(steps) + 1, **traj.get("variant", {}))
+    if traj.env_id not in ORACLE_ENVS:
+        raise ValueError(f"no oracle step credit for {traj.env_id} (ORACLE_ENVS)")
+    steps = [s for s in traj.steps if s.action is not None]
+    env = make(ORACLE_ENVS[traj.env_id], max_turns=len(steps) + 1, **(traj.variant or {}))
     try:
-        env.reset(options={"task_id": traj["task_id"]})
+        env.reset(options={"task_id": traj.task_id})
         credits = []
         for i, step in enumerate(steps):
-            observation, *_, info = env.step(step["action"])
-            if observation != step["observation"]:
+            observation, *_, info = env.step(step.action)
+            if observation != step.observation:
                 raise ValueError(
-                    f"replaying {traj['task_id']} step {i + 1} ({step['action']!r}) gives another "
+                    f"replaying {traj.task_id} step {i + 1} ({step.action!r}) gives another "
                     "observation than the trajectory records: it is not this environment's"
                 )
             credits.append((float(info["step_credit"]), bool(info["solvable"])))
@@ -88,26 +88,21 @@ def step_credits(traj: dict[str, Any]) -> list[tuple[float, bool]]:
         env.close()
 
 
-def action_choice(trajs: Iterable[dict[str, Any]]) -> ActionChoice:
-    """:class:`ActionChoice` of ``trajs`` (trajectories' JSON)."""
+def action_choice(trajs: Iterable[Trajectory]) -> ActionChoice:
+    """:class:`ActionChoice` of ``trajs``."""
     episodes = won = steps = shortest = 0
     nll: list[float] = []
     for traj in trajs:
         episodes += 1
-        won += int(bool(traj["won"]))
+        won += int(traj.won)
         live = [credit for credit, solvable in step_credits(traj) if solvable]
         steps += len(live)
         shortest += sum(c == SHORTEST_MOVE_CREDIT for c in live)
-        for step in traj["steps"]:
-            if step.get("action") is not None and step.get("logprobs"):
-                nll.append(-math.fsum(step["logprobs"]))
+        for step in traj.steps:
+            if step.action is not None and step.logprobs:
+                nll.append(-math.fsum(step.logprobs))
     surprisal = math.fsum(nll) / len(nll) if nll else None
     return ActionChoice(episodes, steps, won, shortest, surprisal)
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def _format(rows: list[tuple[str, str, int, ActionChoice]]) -> str:
@@ -147,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{run} has no <arm>/seed-<s>/eval/trajectories.jsonl")
         for path in paths:
             arm, seed = path.parts[-4], int(path.parts[-3].removeprefix("seed-"))
-            rows.append((run.name, arm, seed, action_choice(_read(path))))
+            rows.append((run.name, arm, seed, action_choice(read_trajectories(path))))
     text = _format(rows)
     if args.out:
         args.out.write_text(text)
