@@ -11,11 +11,13 @@ says which agentenvs wrote it.
 
 Files are append-only JSONL; :func:`append_trajectory` writes and flushes one line at a time, so
 an interrupted run loses nothing it finished. :func:`read_trajectories` validates every line and
-names the file and line of a corrupt one (or skips it, counting, when asked).
+names the file and line of a corrupt one (or skips it, counting, when asked); it also reads the
+gzipped files the RL trainer writes.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -200,10 +202,11 @@ def read_trajectories(
     ``allow_truncated_tail``: a last line cut by an interrupted write (no final newline, not
     complete JSON) is skipped and reported in ``errors`` whatever ``skip_invalid`` says; any
     other invalid line (a complete one with a newer ``schema_version``, say) still raises.
-    Blank lines are ignored. The file is only read.
+    Blank lines are ignored. The file is only read; a name ending in ``.gz`` is read as gzip
+    (the RL trainer's ``episodes/step-<n>.jsonl.gz``).
     """
     path = Path(path)
-    with path.open("rb") as fh:
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue

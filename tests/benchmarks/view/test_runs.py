@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from agentenvs.agents.trajectory import StepRecord, Trajectory, write_trajectories
+from agentenvs.agents.trajectory import (
+    StepRecord,
+    Trajectory,
+    read_trajectories,
+    write_trajectories,
+)
 from agentenvs.benchmarks.view.load import load_run
 from agentenvs.benchmarks.view.page import dumps, export_html, index
 from agentenvs.benchmarks.view.records import query_record
@@ -138,6 +143,8 @@ def test_different_protocols_or_variants_are_refused(tmp_path):
 def test_train_run_saves_and_shows_its_sampled_episodes(view_runs):
     files = sorted((view_runs.ptgpo / "episodes").glob("step-*.jsonl.gz"))
     assert [f.name for f in files] == ["step-0000001.jsonl.gz", "step-0000002.jsonl.gz"]
+    sampled = list(read_trajectories(files[0]))
+    assert len(sampled) == 3 * 4 and all(t.steps for t in sampled)
     run = load_run(view_runs.ptgpo)
     t = run.training
     assert [it["step"] for it in t["iterations"]] == [1, 2]
