@@ -57,7 +57,7 @@ learning-check: $(STAMP)
 	$(PY) -m agentenvs.benchmarks.learning.check --preset textcraft --jobs 2 \
 		--out results/learning/textcraft --publish docs/learning-check
 	$(PY) -m agentenvs.benchmarks.learning.check --preset sokoban --jobs 2 \
-		--out results/learning/sokoban --publish docs/learning-check/sokoban
+		--out results/learning/sokoban-oracle --publish docs/learning-check/sokoban-oracle
 	$(PY) -m agentenvs.benchmarks.learning.check --preset keydoor --jobs 2 \
 		--out results/learning/keydoor-16 --publish docs/learning-check/keydoor-16
 

@@ -1,7 +1,7 @@
 """Does RL learn? A held-out, multi-seed learning benchmark (TextCraft, Sokoban).
 
     python -m agentenvs.benchmarks.learning.check --preset textcraft --out docs/learning-check
-    python -m agentenvs.benchmarks.learning.check --preset sokoban --out docs/learning-check/sokoban
+    python -m agentenvs.benchmarks.learning.check --preset sokoban --out results/learning/sokoban
     make learning-check                      # both, resumable
 
 The code is :mod:`agentenvs.benchmarks.learning`; this module is its command line and keeps the

@@ -1,7 +1,7 @@
 """Run the learning benchmark (or resume it) and write its summary.
 
     python -m agentenvs.benchmarks.learning.check --preset textcraft --out docs/learning-check
-    python -m agentenvs.benchmarks.learning.check --preset sokoban --out docs/learning-check/sokoban
+    python -m agentenvs.benchmarks.learning.check --preset sokoban --out results/learning/sokoban
     python -m agentenvs.benchmarks.learning.check --preset smoke --out /tmp/smoke  # a minute or two
 
 Stages, each (arm, seed) unit announced by a line and its work shown by bars that move per SFT

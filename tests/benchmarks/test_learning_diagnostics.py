@@ -17,6 +17,7 @@ from agentenvs.benchmarks.learning.settings import (
     train_task_ids,
     validation_task_ids,
 )
+from agentenvs.registration import build_env
 
 
 def test_validation_tasks_come_from_train_after_the_training_tasks():
@@ -44,6 +45,16 @@ def test_the_sokoban_preset_holds_validation_rooms_apart():
     assert settings.validation_tasks >= 24 and settings.eval_split == "test"
     assert settings.rl_samples >= 8  # the papers' group size
     assert sum(settings.eval_per_family.values()) >= 24 and len(settings.seeds) == 3
+
+
+def test_the_sokoban_preset_plays_test_rooms_no_earlier_run_played():
+    fresh = eval_task_ids(preset("sokoban"))
+    first = eval_task_ids(preset("sokoban", eval_offset=0))
+    assert len(fresh) == len(first) == 24 and len(set(fresh)) == 24
+    assert not set(fresh) & set(first)
+    assert set(fresh) <= set(build_env("Sokoban-v0").task_ids("test"))
+    with pytest.raises(ValueError, match="eval_offset"):
+        preset("sokoban", eval_offset=-1)
 
 
 def test_set_overrides_parse_json_and_strings():
