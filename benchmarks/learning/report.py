@@ -142,6 +142,7 @@ def seed_clustered(by_seed: Mapping[str, list[float]]) -> dict[str, Any]:
 DIAGNOSTIC_LABELS = {
     "rollout/success_rate": "training success",
     "rollout/turns_mean": "turns per episode",
+    "rollout/invalid_format_frac": "replies off the prompt's format",
     "adv/zero_std_group_frac": "task groups with zero reward spread",
     "adv/grouped_step_frac": "steps in anchor groups of >= 2",
     "adv/step_group_size_mean": "anchor group size (mean)",

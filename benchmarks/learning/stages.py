@@ -47,6 +47,7 @@ TRAINING_METRICS = (
     "rollout/success_rate",
     "rollout/reward_mean",
     "rollout/turns_mean",
+    "rollout/invalid_format_frac",
     "actor/skipped_steps",
     "adv/abs_mean",
     "adv/step_credit_abs_mean",
@@ -64,9 +65,9 @@ TRAINING_METRICS = (
     "actor/entropy",
 )
 """Per-iteration metrics of an RL unit kept in its ``result.json`` (``training``) and
-summarised per arm: training success, how often anchor states coincide, how much of the
-advantage is step credit, how many groups give no signal, and PTGPO's trees (None where an
-estimator does not report one)."""
+summarised per arm: training success, replies off the prompt's format, how often anchor states
+coincide, how much of the advantage is step credit, how many groups give no signal, and PTGPO's
+trees (None where an estimator does not report one)."""
 
 MOVEMENT_PREFIXES = ("actor/kl", "actor/clip", "actor/entropy")
 """How far an arm moved from its SFT model (KL to it, clip fraction, entropy): every

@@ -167,5 +167,6 @@ def test_keydoor_benchmark_with_random_and_oracle_arms(tmp_path):
     assert {"sft - random", "oracle - grpo"} <= set(summary["contrasts"])
     oracle = summary["training"]["oracle"]["0"]
     assert oracle["adv/step_credit_abs_mean"][0] is not None
+    assert 0 <= oracle["rollout/invalid_format_frac"][0] <= 1
     result = json.loads((tmp_path / "random/seed-0/result.json").read_text())
     assert result["policy"] == "random:0"
